@@ -1,0 +1,73 @@
+"""The sandbox interface: every backend takes files and a command and returns an `ExecResult`.
+
+A backend never raises for something the executed code did; it returns a result record. A failure
+of the sandbox itself (it could not start, its workspace could not be made) is `infra_error`, which
+callers retry and never score as the candidate's failure.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Mapping, Protocol, Sequence
+
+Status = Literal["ok", "failed", "timeout", "memory_exceeded", "output_truncated", "infra_error"]
+STATUSES: tuple[str, ...] = Status.__args__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one execution."""
+
+    timeout_s: float = 10.0  # wall clock; the whole process tree is killed past it
+    memory_mb: int = 512  # address space / cgroup memory limit
+    pids: int = 64  # processes and threads the execution may hold at once
+    output_bytes: int = 64 * 1024  # cap on captured stdout and on stderr, each
+    file_size_mb: int = 16  # largest file the execution may write
+
+    def __post_init__(self) -> None:
+        for name in ("timeout_s", "memory_mb", "pids", "output_bytes", "file_size_mb"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)!r}")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one execution did. `status` is the verdict; the rest is evidence."""
+
+    status: Status
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    backend: str
+    peak_memory_mb: float | None = None
+    error: str | None = None  # infra_error: what went wrong with the sandbox itself
+    files: Mapping[str, str] = field(default_factory=dict)  # collected output files, if asked
+
+    @property
+    def infra_error(self) -> bool:
+        return self.status == "infra_error"
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class Sandbox(Protocol):
+    """An isolated place to run a command over a set of files.
+
+    `argv[0] == "python"` means the sandbox's own Python interpreter (isolated mode). Paths in
+    `files` are relative to a fresh, private working directory that is thrown away afterwards.
+    `collect` names files to read back from that directory after the run.
+    """
+
+    name: str
+
+    def run(
+        self,
+        files: Mapping[str, str | bytes],
+        argv: Sequence[str],
+        limits: Limits = Limits(),
+        stdin: bytes | None = None,
+        collect: Sequence[str] = (),
+    ) -> ExecResult: ...
+
+    def close(self) -> None: ...
