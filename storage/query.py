@@ -1,0 +1,129 @@
+"""DuckDB over a store: `trajectories`, `runs`, `metrics` and `checkpoints` views.
+
+`trajectories` reads exactly the live Parquet files of every run (never a temporary or a
+superseded file), with `iteration` from the hive folder name, columns that older files lack
+filled with NULL, and the columns in TRAJECTORY_SCHEMA order. The registry views are built
+from the small JSON files of each run.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import duckdb
+import pandas as pd
+import pyarrow as pa
+
+from storage import registry, trajectories
+from storage.fs import Location, locate
+from storage.schema import TRAJECTORY_SCHEMA
+
+VIEWS = ("trajectories", "runs", "metrics", "checkpoints")
+
+
+@dataclass
+class StoreSummary:
+    runs: int = 0
+    files: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _duck_type(t: pa.DataType) -> str:
+    if pa.types.is_list(t):
+        return _duck_type(t.value_type) + "[]"
+    if pa.types.is_map(t):
+        return f"MAP({_duck_type(t.key_type)}, {_duck_type(t.item_type)})"
+    return {pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
+            pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
+            pa.bool_(): "BOOLEAN"}[t]
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _file_ref(root: Location, path: str) -> str:
+    return path if root.is_local else root.fs.unstrip_protocol(path)
+
+
+def _trajectories_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
+    fields = list(TRAJECTORY_SCHEMA)
+    if not files:
+        cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields)
+        return f"SELECT {cols} WHERE false"
+    source = (f"read_parquet([{', '.join(_sql_str(f) for f in files)}], hive_partitioning=true, "
+              "hive_types={'iteration': 'BIGINT'}, union_by_name=true)")
+    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+    cols = [_quote(f.name) if f.name in present
+            else f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields]
+    # Columns written by a newer schema than this reader knows are kept, after the known ones.
+    extra = sorted(present - set(TRAJECTORY_SCHEMA.names))
+    return f"SELECT {', '.join(cols + [_quote(c) for c in extra])} FROM {source}"
+
+
+def _registry_frames(runs: list[str]) -> dict[str, pd.DataFrame]:
+    run_rows, metric_frames, ckpt_rows = [], [], []
+    for run_dir in runs:
+        run_id = locate(run_dir).name
+        info = registry.read_run_info(run_dir)
+        try:
+            config = json.dumps(registry.read_run_config(run_dir))
+        except FileNotFoundError:
+            config = None
+        done = registry.finished_iterations(run_dir)
+        ckpts = registry.list_checkpoints(run_dir)
+        run_rows.append({"run_id": run_id, "path": run_dir, "config_hash": info.get("config_hash"),
+                         "created_at": info.get("created_at"),
+                         "last_finished_iteration": done[-1] if done else None,
+                         "iterations_finished": len(done),
+                         "iterations_written": len(trajectories.iterations_written(run_dir)),
+                         "checkpoints": len(ckpts), "config": config})
+        m = registry.read_metrics(run_dir)
+        if len(m):
+            metric_frames.append(m.assign(run_id=run_id))
+        for c in ckpts:
+            ckpt_rows.append({"run_id": run_id, "iteration": c["iteration"], "path": c["path"],
+                              "recorded_at": c["recorded_at"],
+                              "metrics": json.dumps(registry._nan_to_none(c["metrics"]))})
+    runs_df = pd.DataFrame(run_rows, columns=[
+        "run_id", "path", "config_hash", "created_at", "last_finished_iteration",
+        "iterations_finished", "iterations_written", "checkpoints", "config"])
+    runs_df["last_finished_iteration"] = runs_df["last_finished_iteration"].astype("Int64")
+    metrics_df = (pd.concat(metric_frames, ignore_index=True) if metric_frames
+                  else pd.DataFrame({"iteration": pd.Series(dtype="int64"),
+                                     "recorded_at": pd.Series(dtype="str")}).assign(run_id=pd.Series(dtype="str")))
+    metrics_df = metrics_df[["run_id"] + [c for c in metrics_df.columns if c != "run_id"]]
+    ckpt_df = pd.DataFrame(ckpt_rows, columns=["run_id", "iteration", "path", "recorded_at", "metrics"])
+    return {"runs": runs_df, "metrics": metrics_df, "checkpoints": ckpt_df}
+
+
+def connect(store: str) -> tuple[duckdb.DuckDBPyConnection, StoreSummary]:
+    """An in-memory DuckDB connection with the store's views. Raises FileNotFoundError when
+    the store does not exist; an existing store without runs gives empty views."""
+    root = locate(store)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"no store at {root.uri!r}: expected a folder of runs (<store>/<run_id>/trajectories/"
+            "iteration=<n>/*.parquet); pass --store PATH or write a run first")
+    con = duckdb.connect()
+    if not root.is_local:
+        con.register_filesystem(root.fs)
+    summary = StoreSummary()
+    runs = registry.list_runs(store)
+    summary.runs = len(runs)
+    files = [_file_ref(root, f) for run_dir in runs for f in trajectories.live_files(run_dir)]
+    summary.files = len(files)
+    if not runs:
+        summary.notes.append(f"the store {root.uri!r} has no runs yet; every view is empty")
+    elif not files:
+        summary.notes.append(f"the store {root.uri!r} has no trajectory files yet; "
+                             "the trajectories view is empty")
+    con.execute(f"CREATE VIEW trajectories AS {_trajectories_sql(con, files)}")
+    for name, frame in _registry_frames(runs).items():
+        con.register(f"_{name}_frame", frame)
+        con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_frame")
+    return con, summary

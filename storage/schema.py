@@ -1,0 +1,205 @@
+"""The trajectory schema (one row per rollout) and the conversion of rows into it, refusing
+anything that does not fit with a message that names the column.
+
+Version history (bump SCHEMA_VERSION when a column is added; never remove or retype a column,
+readers fill columns that an older file lacks with null):
+  1: first version.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+SCHEMA_VERSION = 1
+
+# Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
+# (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
+# exists as a file column ("Unable to merge: Field iteration has incompatible types").
+PARTITION_SCHEMA = pa.schema([pa.field("iteration", pa.int64(), nullable=False)])
+
+
+def _f(name: str, type_: pa.DataType, doc: str, required: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=not required, metadata={"doc": doc})
+
+
+_FIELDS = [
+    _f("schema_version", pa.int16(), "schema version of the writer of this row", True),
+    _f("run_id", pa.string(), "run that produced the rollout", True),
+    _f("iteration", pa.int64(), "training iteration (hive partition, from the folder name)", True),
+    _f("shard", pa.int32(), "shard of the iteration the row was written in", True),
+    _f("policy_version", pa.int64(), "version of the policy that sampled the completion", True),
+    _f("task_id", pa.string(), "task identifier", True),
+    _f("suite", pa.string(), "task suite (procedural, humaneval, ...)", True),
+    _f("family", pa.string(), "task family inside the suite", True),
+    _f("difficulty", pa.int32(), "difficulty level 0..10", True),
+    _f("split", pa.string(), "train or heldout", True),
+    _f("sample_index", pa.int32(), "index of the sample within its group", True),
+    _f("group_id", pa.string(), "GRPO group (samples of one prompt)", True),
+    _f("prompt", pa.string(), "text the policy continued"),
+    _f("completion", pa.string(), "text the policy produced"),
+    _f("prompt_token_ids", pa.list_(pa.int32()), "token ids of the prompt"),
+    _f("completion_token_ids", pa.list_(pa.int32()), "token ids of the completion"),
+    _f("sampling_logprobs", pa.list_(pa.float32()),
+       "log-prob of each completion token under the sampling policy (float32, as computed)"),
+    _f("reward", pa.float64(), "scalar reward; null (NaN on input) = could not be scored"),
+    _f("reward_components", pa.map_(pa.string(), pa.float64()),
+       "named components the reward was aggregated from, beyond the columns below"),
+    _f("advantage", pa.float64(), "advantage used by the policy update"),
+    _f("pass_fraction", pa.float64(), "fraction of hidden tests passed; null = not scored"),
+    _f("tests_passed", pa.int32(), "hidden tests passed"),
+    _f("tests_total", pa.int32(), "hidden tests run"),
+    _f("test_outcomes", pa.list_(pa.string()), "outcome of each hidden test (pass, fail, error, ...)"),
+    _f("status", pa.string(), "outcome of the execution (ok, timeout, error, ...)", True),
+    _f("error_type", pa.string(), "first error type, if any"),
+    _f("hack_flags", pa.list_(pa.string()), "reward-hacking checks that fired"),
+    _f("infra_error", pa.bool_(), "the sandbox failed, not the model"),
+    _f("sandbox_backend", pa.string(), "sandbox backend (process, docker, ...)"),
+    _f("image_digest", pa.string(), "container image digest, if any"),
+    _f("gen_time_s", pa.float64(), "seconds spent generating"),
+    _f("exec_time_s", pa.float64(), "seconds spent executing in the sandbox"),
+    _f("score_time_s", pa.float64(), "seconds spent scoring"),
+    _f("config_hash", pa.string(), "hash of the resolved run config"),
+]
+
+TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})
+"""The logical schema: what readers, the `trajectories` view and `read_trajectories` return."""
+
+FILE_SCHEMA = pa.schema([f for f in _FIELDS if f.name not in PARTITION_SCHEMA.names],
+                        metadata=TRAJECTORY_SCHEMA.metadata)
+"""What is stored inside each Parquet file: the logical schema less the partition columns."""
+
+def _kind(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return "list"
+    if pa.types.is_map(t):
+        return "map"
+    return str(t)
+
+
+def _compatible(given: pa.DataType, wanted: pa.DataType) -> bool:
+    """Strict: no float->int truncation, no number<->string, no string->list-of-chars."""
+    if pa.types.is_null(given):
+        return True
+    g, w = _kind(given), _kind(wanted)
+    if w == "float":
+        return g in ("float", "int")
+    if w == "list":
+        return g == "list" and _compatible(given.value_type, wanted.value_type)
+    if w == "map":
+        return g == "map" or (g == "list" and pa.types.is_null(given.value_type))
+    return g == w
+
+
+def _expected(t: pa.DataType) -> str:
+    return {"int": "an integer", "float": "a number", "string": "a string", "bool": "a bool"}.get(
+        _kind(t), f"a value of Arrow type {t}")
+
+
+def _first_bad_row(values: list[Any], field: pa.Field) -> str:
+    for i, v in enumerate(values):
+        try:
+            one = pa.array([v]) if not isinstance(v, Mapping) else pa.array([v], field.type)
+            if not _compatible(one.type, field.type):
+                raise TypeError
+            one.cast(field.type, safe=True)
+        except Exception:  # noqa: BLE001 - we are only locating the culprit for the message
+            return f" (row {i}: {v!r:.80})"
+    return ""
+
+
+def _column(name: str, values: list[Any], field: pa.Field) -> pa.Array:
+    try:
+        if pa.types.is_map(field.type):
+            arr = pa.array(values, field.type)
+        else:
+            arr = pa.array(values)
+        if not _compatible(arr.type, field.type):
+            raise TypeError(f"got {arr.type}")
+        return arr.cast(field.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError, ValueError) as exc:
+        raise ValueError(f"column {name!r}: expected {_expected(field.type)} ({field.type}) in "
+                         f"every row{_first_bad_row(values, field)}: {exc}") from None
+
+
+def _nan_to_null(arr: pa.Array) -> pa.Array:
+    """NaN means 'could not be scored'; stored as null so SQL aggregates and filters skip it
+    (in DuckDB NaN sorts above every number, so `reward > 0.5` would otherwise match it)."""
+    if pa.types.is_floating(arr.type) and len(arr) and pc.any(pc.is_nan(arr)).as_py():
+        return pc.if_else(pc.is_nan(arr), pa.scalar(None, arr.type), arr)
+    return arr
+
+
+def _check_required(name: str, arr: pa.Array, field: pa.Field) -> None:
+    if not field.nullable and arr.null_count:
+        first = pc.index(pc.is_null(arr), True).as_py()
+        raise ValueError(f"column {name!r} is required but is missing/None in row {first}")
+
+
+def rows_to_table(rows: Iterable[Mapping[str, Any]], iteration: int, shard: int) -> pa.Table:
+    """Rows (dicts keyed by column name) -> a table in FILE_SCHEMA. Missing optional keys are
+    null; an unknown key, a missing required key or a value of the wrong type raises ValueError
+    naming the column."""
+    rows = list(rows)
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ValueError(f"row {i}: expected a dict of column -> value, got {type(r).__name__}")
+    keys: set[str] = set().union(*(r.keys() for r in rows)) if rows else set()
+    columns = {k: [r.get(k) for r in rows] for k in keys}
+    return _conform(columns, len(rows), iteration, shard)
+
+
+def table_to_file_table(table: pa.Table, iteration: int, shard: int) -> pa.Table:
+    """An Arrow table -> FILE_SCHEMA, with the same checks as rows_to_table (no row copying)."""
+    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    return _conform(columns, table.num_rows, iteration, shard)
+
+
+def _conform(columns: dict[str, Any], n: int, iteration: int, shard: int) -> pa.Table:
+    unknown = sorted(set(columns) - set(TRAJECTORY_SCHEMA.names))
+    if unknown:
+        raise ValueError(f"unknown column(s) {unknown}; the trajectory schema (version "
+                         f"{SCHEMA_VERSION}) has: {', '.join(TRAJECTORY_SCHEMA.names)}")
+    for name, value in (("iteration", iteration), ("shard", shard), ("schema_version", SCHEMA_VERSION)):
+        if name in columns:
+            given = columns[name]
+            given = given.to_pylist() if isinstance(given, pa.Array) else given
+            wrong = [v for v in given if v != value]
+            if wrong:
+                raise ValueError(f"column {name!r}: rows say {wrong[0]!r} but the shard is written "
+                                 f"as {name}={value}")
+    arrays = []
+    for field in FILE_SCHEMA:
+        name = field.name
+        if name == "schema_version":
+            arr = pa.repeat(pa.scalar(SCHEMA_VERSION, pa.int16()), n)
+        elif name == "shard":
+            arr = pa.repeat(pa.scalar(shard, pa.int32()), n)
+        elif name not in columns:
+            arr = pa.nulls(n, field.type)
+        else:
+            given = columns[name]
+            if isinstance(given, pa.Array):
+                if not _compatible(given.type, field.type):
+                    raise ValueError(f"column {name!r}: expected {_expected(field.type)} "
+                                     f"({field.type}), got Arrow type {given.type}")
+                try:
+                    arr = given.cast(field.type, safe=True)
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    raise ValueError(f"column {name!r}: cannot store as {field.type}: {exc}") from None
+            else:
+                arr = _column(name, given, field)
+        arr = _nan_to_null(arr)
+        _check_required(name, arr, field)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
