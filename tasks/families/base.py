@@ -1,0 +1,76 @@
+"""What a procedural task family is, and a helper for families whose difficulty changes structure.
+
+A family is a small table row: how its constants are drawn at a difficulty, the docstring
+sentence, the reference body, the semantics used to compute expected outputs, and how test
+inputs are drawn. The constants of a task appear in its docstring, so a policy must read the
+prompt, not memorise a family.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+Params = dict[str, Any]
+Rng = random.Random
+
+# In a block body, this token stands for the task's own function name (recursive families).
+SELF = "__self__"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    arg: str  # parameter list of the signature: "x", or "xs, ys" for several arguments
+    draw_params: Callable[[Rng, int], Params]  # (rng, difficulty) -> params
+    sentence: Callable[[Params], str]
+    body: Callable[[Params], str]  # the expression after `return `, or the whole body if block
+    fn: Callable[..., Any]  # semantics: (params, *args) -> output, plain JSON values only
+    draw_input: Callable[[Rng, int], Any]  # one argument, or a list of them for several
+    block: bool = False  # body is indented statements, not an expression
+    category: str = "basic"
+    levels: int = 0  # how many structurally different difficulty levels (0: only sizes grow)
+
+    @property
+    def n_args(self) -> int:
+        return len([a for a in self.arg.split(",") if a.strip()])
+
+    def reference(self, params: Params, fname: str) -> str:
+        if self.block:
+            return self.body(params).replace(SELF, fname)
+        return f"    return {self.body(params)}\n"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One difficulty level of a leveled family: its own constants, wording, solution, semantics."""
+
+    draw: Callable[[Rng], Params]
+    sentence: Callable[[Params], str]
+    body: Callable[[Params], str]  # expression, or statements when `block`
+    fn: Callable[..., Any]
+    block: bool = False
+
+
+def level_of(difficulty: int, n_levels: int) -> int:
+    """Difficulty 1..n picks that level; higher difficulties keep the top level (inputs grow)."""
+    return max(1, min(difficulty, n_levels))
+
+
+def leveled(name: str, arg: str, category: str, draw_input: Callable[[Rng, int], Any],
+            levels: Sequence[Level]) -> Family:
+    """A family whose difficulty picks a different problem structure, not just bigger constants."""
+    lv = lambda p: levels[p["lv"] - 1]  # noqa: E731
+
+    def draw_params(rng: Rng, d: int) -> Params:
+        n = level_of(d, len(levels))
+        return {"lv": n, **levels[n - 1].draw(rng)}
+
+    def body(p: Params) -> str:
+        b = lv(p).body(p)
+        return b if lv(p).block else f"    return {b}\n"
+
+    return Family(name=name, arg=arg, draw_params=draw_params,
+                  sentence=lambda p: lv(p).sentence(p), body=body,
+                  fn=lambda p, *args: lv(p).fn(p, *args), draw_input=draw_input,
+                  block=True, category=category, levels=len(levels))
