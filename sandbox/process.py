@@ -1,91 +1,142 @@
-"""The embedded default backend: a fresh process per execution in a throw-away directory.
+"""The embedded default backend: a fresh, hardened process per execution (no daemon needed).
 
-Protections applied here: a private temporary working directory, an environment with nothing of
-the host's, Python's isolated mode, rlimits (address space, file size, core dumps, open files),
-a new session so the whole process group is killed at the wall-clock limit, and a cap on captured
-output (the run is stopped once it is exceeded).
+Layers, outermost first, each a small wrapper command (no `preexec_fn`, so `run()` is safe to call
+from many threads of a Dask worker):
+
+1. `sh` joins the execution's own cgroup v1 memory and pids groups (where writable);
+2. `prlimit` sets rlimits: file size, no core dumps, open files, and, only where the cgroups are
+   missing, address space and RLIMIT_NPROC as weaker stand-ins;
+3. `bwrap` makes fresh pid/net/mount/ipc/uts namespaces, a root holding only the system libraries
+   and the interpreter read-only, a private size-capped /tmp and the workspace at /workspace
+   (fallback: `unshare` namespaces over the host's filesystem);
+4. `setpriv` (when root) drops to an otherwise unused uid with no capabilities.
+
+Whatever of this the host does not allow is listed in `missing` (and warned about once); see
+`sandbox/probe.py`. The workspace lives on tmpfs, so what the code writes counts as its memory.
 """
 from __future__ import annotations
 
+import json
+import logging
 import os
+import secrets
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
-import time
 from typing import Mapping, Sequence
 
 from sandbox.base import ExecResult, Limits
+from sandbox.capture import run_capped
+from sandbox.cgroups import ExecGroup
+from sandbox.probe import HostSupport, note_kill_tree, probe
+from sandbox.workspace import collect_files, make_workspace, write_files
 
-_PRLIMIT = shutil.which("prlimit")
+log = logging.getLogger(__name__)
 
-
-def _write_files(root: str, files: Mapping[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = os.path.normpath(os.path.join(root, rel))
-        if not path.startswith(root + os.sep):
-            raise ValueError(f"file path {rel!r} escapes the workspace")
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        mode = "wb" if isinstance(content, bytes) else "w"
-        with open(path, mode) as fh:
-            fh.write(content)
-
-
-class _CappedReader(threading.Thread):
-    """Drains a pipe into memory up to `cap` bytes; sets `overflow` once more arrives."""
-
-    def __init__(self, pipe, cap: int, on_overflow) -> None:
-        super().__init__(daemon=True)
-        self.pipe, self.cap, self.on_overflow = pipe, cap, on_overflow
-        self.chunks: list[bytes] = []
-        self.size = 0
-        self.overflow = False
-
-    def run(self) -> None:
-        while True:
-            chunk = self.pipe.read1(65536) if hasattr(self.pipe, "read1") else self.pipe.read(65536)
-            if not chunk:
-                break
-            room = self.cap - self.size
-            if room > 0:
-                self.chunks.append(chunk[:room])
-            self.size += len(chunk)
-            if self.size > self.cap and not self.overflow:
-                self.overflow = True
-                self.on_overflow()
-
-    def text(self) -> str:
-        return b"".join(self.chunks).decode("utf-8", errors="replace")
+_LAUNCH = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "rollforge-launch: cannot join '
+           'cgroup $1" >&2; exit 125; }; shift; done; shift; exec "$@"')
+_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+_LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _interpreter_paths(python: str) -> tuple[str, str]:
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return sys.base_prefix, sys.prefix
+    out = subprocess.run([python, "-I", "-c", "import sys;print(sys.base_prefix);print(sys.prefix)"],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    return out[0], out[1]
 
 
 class ProcessSandbox:
-    """Runs each execution as a fresh subprocess with rlimits in a temporary directory."""
+    """Runs each execution as a fresh, namespaced, resource-capped process tree."""
 
     name = "process"
 
-    def __init__(self, python: str | None = None) -> None:
+    def __init__(self, python: str | None = None, *, use_bwrap: bool = True,
+                 use_cgroups: bool = True, tmp_mb: int = 64, strict: bool = False,
+                 host: HostSupport | None = None) -> None:
         self.python = python or sys.executable
+        self.tmp_mb = tmp_mb
+        self.host = note_kill_tree(host or probe(use_bwrap=use_bwrap, use_cgroups=use_cgroups))
+        self.protections: tuple[str, ...] = self.host.applied
+        self.missing: dict[str, str] = dict(self.host.missing)
+        if self.missing:
+            msg = "; ".join(f"{k}: {v}" for k, v in self.missing.items())
+            if strict:
+                raise RuntimeError(f"process sandbox cannot apply every protection: {msg}")
+            log.warning("process sandbox runs with weaker isolation: %s", msg)
+        self._binds = self._bind_args() if self.host.bwrap else []
+        # Where the workspace appears inside bwrap: a path that hides none of the interpreter.
+        self._mount = next(m for m in ("/workspace", "/sandbox-workspace", "/rf-workspace")
+                           if not any(b.startswith(m) for b in self._binds))
 
-    def _argv(self, argv: Sequence[str], limits: Limits) -> list[str]:
+    # -- argv -----------------------------------------------------------------------------
+    def _bind_args(self) -> list[str]:
+        args: list[str] = []
+        for top in ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            path = "/" + top
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+        base, prefix = _interpreter_paths(self.python)
+        if not base.startswith("/usr/"):
+            args += ["--ro-bind", base, base]
+        if prefix != base:  # a venv: its bin/ and pyvenv.cfg only, not its site-packages
+            args += ["--ro-bind", os.path.join(prefix, "bin"), os.path.join(prefix, "bin"),
+                     "--ro-bind", os.path.join(prefix, "pyvenv.cfg"),
+                     os.path.join(prefix, "pyvenv.cfg")]
+        return args
+
+    def _command(self, argv: Sequence[str]) -> list[str]:
         argv = list(argv)
         if argv and argv[0] == "python":
             argv = [self.python, "-I", "-B", *argv[1:]]
-        if _PRLIMIT:
-            mem = limits.memory_mb * 1024 * 1024
-            fsize = limits.file_size_mb * 1024 * 1024
-            argv = [_PRLIMIT, f"--as={mem}", f"--fsize={fsize}", "--core=0", "--nofile=256",
-                    f"--nproc={limits.pids}", "--", *argv]
         return argv
 
+    def _wrap(self, argv: list[str], limits: Limits, workdir: str, uid: int | None,
+              group: ExecGroup | None, status_fd: int | None) -> list[str]:
+        h = self.host
+        inner = argv
+        if uid is not None:
+            inner = [h.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *inner]
+        if h.bwrap:
+            ns = [h.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                  "--unshare-cgroup-try", "--die-with-parent", "--new-session",
+                  "--hostname", "sandbox"]
+            if os.geteuid() != 0:
+                ns.append("--unshare-user")
+            if status_fd is not None:
+                ns += ["--json-status-fd", str(status_fd)]
+            ns += self._binds
+            ns += ["--proc", "/proc", "--dev", "/dev",
+                   "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
+                   "--bind", workdir, self._mount, "--remount-ro", "/", "--chdir", self._mount,
+                   "--setenv", "HOME", self._mount, "--"]
+            inner = ns + inner
+        elif h.unshare:
+            ns = [h.unshare, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
+                  "--mount", "--mount-proc"]
+            if os.geteuid() != 0:
+                ns.append("--map-root-user")
+            inner = ns + ["--", *inner]
+        if h.prlimit:
+            rl = [h.prlimit, f"--fsize={limits.file_size_mb * 1024 * 1024}", "--core=0",
+                  "--nofile=256"]
+            if not h.memory_cgroup:
+                rl.append(f"--as={limits.memory_mb * 1024 * 1024}")
+            if not h.pids_cgroup and uid is not None:
+                rl.append(f"--nproc={limits.pids}")
+            inner = rl + ["--", *inner]
+        if group is not None:
+            inner = ["/bin/sh", "-c", _LAUNCH, "rollforge-launch", *group.procs_files(), "--",
+                     *inner]
+        return inner
+
+    # -- run ------------------------------------------------------------------------------
     def run(
         self,
         files: Mapping[str, str | bytes],
@@ -94,66 +145,111 @@ class ProcessSandbox:
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
     ) -> ExecResult:
-        start = time.perf_counter()
-        try:
-            workdir = tempfile.mkdtemp(prefix="rf-sbx-")
-        except OSError as exc:
-            return ExecResult("infra_error", None, "", "", 0.0, self.name, error=f"workspace: {exc}")
+        if not argv:
+            raise ValueError("argv must name a command, got an empty sequence")
+        for rel in list(files) + list(collect):
+            from sandbox.workspace import check_relpath
+            check_relpath(rel)  # bad input from the caller: refused, not an infra_error
+        workdir = None
+        group = None
+        r_fd = w_fd = None
+
+        def infra(why: str, duration: float = 0.0) -> ExecResult:
+            return ExecResult("infra_error", None, "", "", duration, self.name, error=why)
+
         try:
             try:
-                _write_files(workdir, files)
-                proc = subprocess.Popen(
-                    self._argv(argv, limits), cwd=workdir, start_new_session=True,
-                    stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    env={"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
-                         "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"},
-                )
-            except (OSError, ValueError) as exc:
-                return ExecResult("infra_error", None, "", "", time.perf_counter() - start,
-                                  self.name, error=f"start: {exc}")
-            readers = [_CappedReader(p, limits.output_bytes, lambda: _kill_group(proc))
-                       for p in (proc.stdout, proc.stderr)]
-            for r in readers:
-                r.start()
-            if stdin is not None:
-                try:
-                    proc.stdin.write(stdin)
-                    proc.stdin.close()
-                except BrokenPipeError:
-                    pass
-            timed_out = False
+                workdir = make_workspace()
+                write_files(workdir, files)
+                uid = None
+                if self.host.setpriv:
+                    uid = 2_000_000 + secrets.randbelow(1_000_000_000)
+                    for dirpath, dirnames, filenames in os.walk(workdir):
+                        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirnames + filenames)]:
+                            os.lchown(n, uid, uid)
+                    os.chmod(workdir, 0o700)
+                if self.host.memory_cgroup or self.host.pids_cgroup:
+                    group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
+                                      limits.pids + _LAUNCHER_PROCS if self.host.pids_cgroup
+                                      else None)
+                if self.host.bwrap:
+                    r_fd, w_fd = os.pipe()
+                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd)
+            except OSError as exc:
+                return infra(f"sandbox setup: {exc}")
+
+            def close_w() -> None:
+                nonlocal w_fd
+                if w_fd is not None:
+                    os.close(w_fd)
+                    w_fd = None
+
             try:
-                proc.wait(timeout=limits.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            _kill_group(proc)  # also reaps children left running after the main process exited
-            proc.wait()
-            for r in readers:
-                r.join(timeout=2.0)
-            duration = time.perf_counter() - start
-            out, err = readers
-            code = proc.returncode
-            if timed_out:
+                cap = run_capped(cmd, cwd=workdir, env=dict(_SANDBOX_ENV, HOME=workdir)
+                                 if not self.host.bwrap else dict(_SANDBOX_ENV),
+                                 stdin=stdin, timeout_s=limits.timeout_s,
+                                 output_bytes=limits.output_bytes,
+                                 pass_fds=(w_fd,) if w_fd is not None else (),
+                                 kill_tree=group.kill_all if group else (lambda: None),
+                                 started=close_w)
+            except OSError as exc:
+                return infra(f"sandbox start: {exc}")
+            status_lines = _read_status(r_fd) if r_fd is not None else None
+            if cap.returncode == 125 and "rollforge-launch:" in cap.stderr:
+                return infra(cap.stderr.strip()[-300:], cap.duration_s)
+            if status_lines is not None and not any("child-pid" in s for s in status_lines) \
+                    and not cap.timed_out:
+                return infra(f"bwrap could not start the sandbox: {cap.stderr.strip()[-300:]}",
+                             cap.duration_s)
+            code = cap.returncode
+            for s in status_lines or ():
+                if "exit-code" in s:
+                    code = s["exit-code"]
+            oom = group.oom_killed() if group else False
+            if cap.timed_out:
                 status = "timeout"
-            elif out.overflow or err.overflow:
+            elif oom:
+                status = "memory_exceeded"
+            elif cap.overflow:
                 status = "output_truncated"
             elif code == 0:
                 status = "ok"
-            elif "MemoryError" in err.text()[-2000:]:
+            elif "MemoryError" in cap.stderr[-2000:]:
                 status = "memory_exceeded"
             else:
                 status = "failed"
-            collected = {}
-            for rel in collect:
-                path = os.path.join(workdir, rel)
-                if os.path.isfile(path) and os.path.getsize(path) <= limits.output_bytes:
-                    with open(path, errors="replace") as fh:
-                        collected[rel] = fh.read()
-            return ExecResult(status, code, out.text(), err.text(), duration, self.name,
-                              files=collected)
+            collected = collect_files(workdir, collect, limits.output_bytes) if collect else {}
+            return ExecResult(status, code, cap.stdout, cap.stderr, cap.duration_s, self.name,
+                              peak_memory_mb=group.peak_mb() if group else None, files=collected)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            for fd in (r_fd, w_fd):
+                if fd is not None:
+                    os.close(fd)
+            if group is not None:
+                group.kill_all()
+                group.remove()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
 
     def close(self) -> None:
         pass
+
+
+def _read_status(fd: int) -> list[dict]:
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    out = []
+    for line in b"".join(chunks).decode(errors="replace").splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out

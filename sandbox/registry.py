@@ -5,14 +5,30 @@ from typing import Callable
 
 from sandbox.base import Sandbox
 from sandbox.config import SandboxConfig
-from sandbox.process import ProcessSandbox
+
+
+def _process(cfg: SandboxConfig) -> Sandbox:
+    from sandbox.process import ProcessSandbox
+
+    return ProcessSandbox(use_bwrap=cfg.use_bwrap, use_cgroups=cfg.use_cgroups,
+                          tmp_mb=cfg.tmp_mb, strict=cfg.strict)
+
+
+def _docker(cfg: SandboxConfig) -> Sandbox:
+    from sandbox.docker_backend import DockerSandbox  # imports the docker SDK: only when chosen
+
+    return DockerSandbox(pool_size=cfg.pool_size, cpus=cfg.cpus, workspace_mb=cfg.workspace_mb,
+                         max_uses=cfg.max_uses, image=cfg.image, prewarm=cfg.limits())
+
 
 BACKENDS: dict[str, Callable[[SandboxConfig], Sandbox]] = {
-    "process": lambda cfg: ProcessSandbox(),
+    "process": _process,
+    "docker": _docker,
 }
 
 
 def make_sandbox(cfg: SandboxConfig) -> Sandbox:
+    """Make the configured backend once per worker process; its `run()` is thread-safe."""
     try:
         factory = BACKENDS[cfg.backend]
     except KeyError:
