@@ -29,7 +29,7 @@ from sandbox.base import ExecResult, Limits
 from sandbox.capture import run_capped
 from sandbox.cgroups import ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
-from sandbox.workspace import collect_files, make_workspace, write_files
+from sandbox.workspace import check_relpath, collect_files, make_workspace, write_files
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +82,21 @@ class ProcessSandbox:
                 args += ["--ro-bind", path, path]
         args += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         base, prefix = _interpreter_paths(self.python)
-        if not base.startswith("/usr/"):
-            args += ["--ro-bind", base, base]
+        binds = [] if base.startswith("/usr/") else [base]
         if prefix != base:  # a venv: its bin/ and pyvenv.cfg only, not its site-packages
-            args += ["--ro-bind", os.path.join(prefix, "bin"), os.path.join(prefix, "bin"),
-                     "--ro-bind", os.path.join(prefix, "pyvenv.cfg"),
-                     os.path.join(prefix, "pyvenv.cfg")]
+            binds += [os.path.join(prefix, "bin"), os.path.join(prefix, "pyvenv.cfg")]
+        made: set[str] = set()
+        for path in binds:
+            # bwrap would make the missing parents 0700 root, closing them to the private uid.
+            parents = []
+            parent = os.path.dirname(path)
+            while parent not in ("/", "") and parent not in made:
+                parents.append(parent)
+                made.add(parent)
+                parent = os.path.dirname(parent)
+            for d in reversed(parents):
+                args += ["--perms", "0755", "--dir", d]
+            args += ["--ro-bind", path, path]
         return args
 
     def _command(self, argv: Sequence[str]) -> list[str]:
@@ -148,7 +157,6 @@ class ProcessSandbox:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
         for rel in list(files) + list(collect):
-            from sandbox.workspace import check_relpath
             check_relpath(rel)  # bad input from the caller: refused, not an infra_error
         workdir = None
         group = None
@@ -161,6 +169,9 @@ class ProcessSandbox:
             try:
                 workdir = make_workspace()
                 write_files(workdir, files)
+            except OSError as exc:
+                return infra(f"workspace: {exc}")
+            try:
                 uid = None
                 if self.host.setpriv:
                     uid = 2_000_000 + secrets.randbelow(1_000_000_000)
