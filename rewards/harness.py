@@ -4,10 +4,12 @@ Threat model: the candidate's code runs in the same process as this harness, so 
 anything here. Nothing it changes matters, because the sandbox receives only the test *inputs*;
 the expected outputs stay with the grader, which compares the plain JSON values that come back.
 A candidate that exits early, loops, crashes or returns objects that are not plain data simply
-produces no matching value for those tests.
+produces no matching value for those tests. The tripwires of `rewards/guard.py` are prepended, so
+what the candidate tries (files, processes, the grader's modules) is flagged as well as denied.
 """
+from rewards.guard import GUARD_SOURCE
 
-HARNESS_SOURCE = r'''
+_MAIN_SOURCE = r'''
 import json, os, signal, sys
 
 _dumps, _loads, _write, _fdopen = json.dumps, json.loads, os.write, os.fdopen
@@ -58,6 +60,9 @@ def main():
     def emit(rec):
         _write(out_fd, (_dumps(rec) + "\n").encode())
 
+    signal.signal(signal.SIGALRM, _alarm)
+    _install_guard(lambda flag: emit({"flag": flag}))
+    snap = _snapshot(globals())
     ns = {"__name__": "solution"}
     try:
         with open("solution.py") as fh:
@@ -68,7 +73,7 @@ def main():
         emit({"load_error": type(exc).__name__ + ": " + str(exc)[:300]})
         emit({"done": True})
         return
-    signal.signal(signal.SIGALRM, _alarm)
+    emit({"loaded": True})
     for i, args in enumerate(inputs):
         try:
             signal.setitimer(signal.ITIMER_REAL, per_test)
@@ -83,10 +88,20 @@ def main():
             emit({"i": i, "error": "RecursionError"})
         except BaseException as exc:
             emit({"i": i, "error": type(exc).__name__})
+            if isinstance(exc, NonPlainResult):
+                emit({"flag": "non_plain_result"})
             if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                 break
+        finally:
+            if signal.getsignal(signal.SIGALRM) is not _alarm:
+                emit({"flag": "timeout_evasion"})
+                signal.signal(signal.SIGALRM, _alarm)
+    for flag in _tampered(snap, globals()):
+        emit({"flag": flag})
     emit({"done": True})
 
 
 main()
 '''
+
+HARNESS_SOURCE = GUARD_SOURCE + "\n" + _MAIN_SOURCE

@@ -4,10 +4,11 @@ from __future__ import annotations
 import ast
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rewards.harness import HARNESS_SOURCE
+from rewards.records import parse_records
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 
@@ -26,6 +27,7 @@ class TestReport:
     exec_result: ExecResult | None
     hack_flags: tuple[str, ...] = ()
     load_error: str | None = None
+    test_names: tuple[str, ...] = ()  # what each outcome checked, where the verifier knows
 
     @property
     def passed(self) -> int:
@@ -71,48 +73,29 @@ def run_io_tests(task: Task, completion: str, sandbox: Sandbox, limits: Limits,
         "harness.py": HARNESS_SOURCE,
         "inputs.json": json.dumps([list(t.args) for t in task.tests]),
     }
-    res = sandbox.run(files, ["python", "harness.py", task.entry_point, str(per_test_timeout_s)],
-                      limits)
+    res = sandbox.run(files, ["python", "-S", "harness.py", task.entry_point,
+                              str(per_test_timeout_s)], limits)
     if res.status == "infra_error":
         return TestReport(("missing",) * n, (), "infra_error", res)
-    values: dict[int, Any] = {}
-    errors: dict[int, str] = {}
-    done, load_error = False, None
-    flags: list[str] = []
-    for line in res.stdout.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(rec, dict):
-            continue
-        if rec.get("done") is True:
-            done = True
-        elif "load_error" in rec:
-            load_error = str(rec["load_error"])
-        elif isinstance(rec.get("i"), int) and 0 <= rec["i"] < n and rec["i"] not in values \
-                and rec["i"] not in errors:
-            if "value" in rec:
-                values[rec["i"]] = rec["value"]
-            else:
-                errors[rec["i"]] = str(rec.get("error", "Error"))
+    recs = parse_records(res, n)
     outcomes: list[Outcome] = []
     error_types: list[str] = []
     for i in range(n):
-        if i in values:
-            outcomes.append("passed" if values_equal(expected[i], values[i]) else "failed")
-        elif i in errors:
-            outcomes.append("timeout" if errors[i] == "Timeout" else "error")
-            error_types.append(errors[i])
-        elif res.status == "timeout":
-            outcomes.append("timeout")
+        if i in recs.values:
+            outcomes.append("passed" if values_equal(expected[i], recs.values[i]) else "failed")
+        elif i in recs.errors:
+            outcomes.append("timeout" if recs.errors[i] == "Timeout" else "error")
+            error_types.append(recs.errors[i])
         else:
-            outcomes.append("missing")
-    if not done and res.exit_code == 0 and res.status == "ok":
-        flags.append("early_exit")  # ended the process with success before the harness finished
-    if "SystemExit" in error_types:
-        flags.append("exit_called")  # tried to end the process (with any status) during the tests
-    if "NonPlainResult" in error_types:
-        flags.append("non_plain_result")  # returned an object that is not plain data
-    return TestReport(tuple(outcomes), tuple(error_types), res.status, res, tuple(flags),
-                      load_error)
+            outcomes.append(missing_outcome(res))
+    return TestReport(tuple(outcomes), tuple(error_types), res.status, res, tuple(recs.flags),
+                      recs.load_error)
+
+
+def missing_outcome(res: ExecResult) -> Outcome:
+    """The outcome of a test that never answered: the run's fate, never a pass."""
+    if res.status == "timeout":
+        return "timeout"
+    if res.status == "memory_exceeded":
+        return "error"
+    return "missing"

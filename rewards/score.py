@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
+from rewards.humaneval_tests import run_humaneval_tests
 from rewards.io_tests import TestReport, run_io_tests
+from rewards.static_checks import check_static
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
-VERIFIERS = {"io": run_io_tests}
+VERIFIERS = {"io": run_io_tests, "humaneval": run_humaneval_tests}
 
 
 def score(task: Task, completion: str, sandbox: Sandbox, limits: Limits, cfg: RewardConfig,
@@ -16,8 +18,9 @@ def score(task: Task, completion: str, sandbox: Sandbox, limits: Limits, cfg: Re
         verify = VERIFIERS[task.verifier]
     except KeyError:
         raise ValueError(f"task {task.task_id}: verifier={task.verifier!r}; expected one of {sorted(VERIFIERS)}")
+    static = check_static(task.prompt, completion)
     for _ in range(infra_retries + 1):
         report = verify(task, completion, sandbox, limits, cfg.per_test_timeout_s)
         if not report.infra_error:
             break
-    return aggregate(report, cfg), report
+    return aggregate(report, cfg, static), report

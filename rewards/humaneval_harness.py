@@ -1,0 +1,183 @@
+"""The in-sandbox harness for HumanEval-style tasks, shipped into the sandbox as `harness.py`.
+
+It receives a batch of samples (`batch.json`, deleted once read): per sample, the solution's
+source, its entry point and the *arguments* of the candidate calls the grader planned. The asserts,
+the expected values and the comparisons stay in the grader's process.
+
+Each sample runs in its own forked child of this harness's parent, which never runs candidate
+code: the child gets a pipe for its records and one for its prints and no other file descriptor,
+installs the tripwires of `rewards/guard.py`, runs the entry point once per planned call under a
+per-call alarm, and writes each return value in the typed wire format of `rewards/wire.py` (exact
+builtin types only). The parent kills a child's process group at the sample's wall-clock limit and
+relays, per sample, the raw record lines (the grader parses them, trusting nothing), up to 8 KiB
+of prints, and how the child ended. A batch of one is what `score()` uses; `rollforge eval`
+batches samples so that the sandbox and interpreter start-up is paid once per batch.
+
+Parent output, one JSON object per line: {"s", "rec": <raw line>}, {"s", "prints"},
+{"s", "end": ok|failed|timeout|memory_exceeded|output_truncated, "code", "t"}, then {"batch_done"}.
+Child records: {"flag"}, {"load_error"}, {"loaded"}, {"i", "value"|"error"}, {"done"}.
+"""
+from pathlib import Path
+
+from rewards.guard import GUARD_SOURCE
+
+_WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
+
+_MAIN_SOURCE = r'''
+import json as _json, selectors as _selectors, signal as _signal, time as _time
+# Modules HumanEval prompts and solutions import, loaded once so every forked sample starts warm.
+import typing, re, math, collections, itertools, functools, string, hashlib, heapq, bisect
+
+_dumps, _loads, _write, _mono = _json.dumps, _json.loads, _os.write, _time.monotonic
+_setitimer, _getsignal, _ITIMER = _signal.setitimer, _signal.getsignal, _signal.ITIMER_REAL
+_fired = [False]
+_PRINTS_CAP = 8192
+_RECORDS_CAP = 4 << 20
+
+
+class _Timeout(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    _fired[0] = True
+    raise _Timeout()
+
+
+def _child(item, per_test, rec_fd):
+    """One sample, in its own process: load the solution, answer each planned call."""
+    def emit(rec):
+        _write(rec_fd, (_dumps(rec) + "\n").encode())
+
+    def emit_flag(flag):
+        emit({"flag": flag})
+
+    _signal.signal(_signal.SIGALRM, _alarm)
+    _install_guard(emit_flag)
+    snap = _snapshot(globals())
+    entry, calls = item["entry"], item["calls"]
+    ns = {"__name__": "solution"}
+    try:
+        exec(compile(item["source"], "solution.py", "exec"), ns)
+        fn = ns[entry]
+    except BaseException as exc:
+        if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+            emit_flag("exit_called")
+        emit({"load_error": type(exc).__name__ + ": " + str(exc)[:300]})
+        emit({"done": True})
+        return
+    emit({"loaded": True})
+    for i, call in enumerate(calls):
+        try:
+            args, kwargs = decode(call)
+            _fired[0] = False
+            t0 = _mono()
+            _setitimer(_ITIMER, per_test)
+            try:
+                value = fn(*args, **kwargs)
+            finally:
+                _setitimer(_ITIMER, 0)
+            if _fired[0] or _mono() - t0 > per_test + 0.5:
+                emit_flag("timeout_evasion")  # it swallowed the alarm or switched it off
+                emit({"i": i, "error": "Timeout"})
+            else:
+                emit({"i": i, "value": encode(value)})
+        except _Timeout:
+            emit({"i": i, "error": "Timeout"})
+        except BaseException as exc:
+            emit({"i": i, "error": type(exc).__name__})
+            if isinstance(exc, NonPlainResult):
+                emit_flag("non_plain_result")
+            if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                emit_flag("exit_called")
+                break
+        finally:
+            if _getsignal(_signal.SIGALRM) is not _alarm:
+                emit_flag("timeout_evasion")
+                _signal.signal(_signal.SIGALRM, _alarm)
+    for flag in _tampered(snap, globals()):
+        emit_flag(flag)
+    emit({"done": True})
+
+
+def _run_one(k, item, per_test, limit_s, out):
+    rec_r, rec_w = _os.pipe()
+    txt_r, txt_w = _os.pipe()
+    t0 = _mono()
+    pid = _os.fork()
+    if pid == 0:  # the sample's own process
+        code = 0
+        try:
+            _os.setpgid(0, 0)
+            _os.dup2(txt_w, 1)
+            _os.dup2(txt_w, 2)
+            _os.dup2(rec_w, 3)
+            _os.closerange(4, 4096)  # the parent's stdout and the other samples' pipes
+            _sys.stdout = _sys.stderr = open(1, "w", closefd=False)
+            _child(item, per_test, 3)
+        except BaseException:
+            code = 70
+        finally:
+            _os._exit(code)
+    _os.close(rec_w)
+    _os.close(txt_w)
+    sel = _selectors.DefaultSelector()
+    sel.register(rec_r, _selectors.EVENT_READ, "rec")
+    sel.register(txt_r, _selectors.EVENT_READ, "txt")
+    bufs = {"rec": bytearray(), "txt": bytearray()}
+    end, open_pipes = None, 2
+    while open_pipes:
+        left = t0 + limit_s - _mono()
+        if left <= 0:
+            end = "timeout"
+            break
+        for key, _ in sel.select(left):
+            chunk = _os.read(key.fd, 65536)
+            if not chunk:
+                sel.unregister(key.fd)
+                open_pipes -= 1
+                continue
+            buf = bufs[key.data]
+            if key.data == "txt":
+                buf += chunk[:max(0, _PRINTS_CAP - len(buf))]
+            else:
+                buf += chunk
+                if len(buf) > _RECORDS_CAP:
+                    end = "output_truncated"
+                    open_pipes = 0
+                    break
+    try:
+        _os.killpg(pid, _signal.SIGKILL)
+    except OSError:
+        pass
+    _, status = _os.waitpid(pid, 0)
+    sel.close()
+    _os.close(rec_r)
+    _os.close(txt_r)
+    code = _os.waitstatus_to_exitcode(status)
+    if end is None:  # SIGKILL that the parent did not send: the memory cgroup's OOM killer
+        end = "ok" if code == 0 else "memory_exceeded" if code == -9 else "failed"
+    for line in bytes(bufs["rec"]).decode("utf-8", "replace").splitlines():
+        out({"s": k, "rec": line})
+    out({"s": k, "prints": bytes(bufs["txt"]).decode("utf-8", "replace")})
+    out({"s": k, "end": end, "code": code, "t": _mono() - t0})
+
+
+def main():
+    per_test, limit_s = float(_sys.argv[1]), float(_sys.argv[2])
+    with open("batch.json") as fh:
+        batch = _loads(fh.read())
+    _os.remove("batch.json")
+
+    def out(rec):
+        _write(1, (_dumps(rec) + "\n").encode())
+
+    for k, item in enumerate(batch):
+        _run_one(k, item, per_test, limit_s, out)
+    out({"batch_done": True})
+
+
+main()
+'''
+
+HARNESS_SOURCE = _WIRE_SOURCE + "\n" + GUARD_SOURCE + "\n" + _MAIN_SOURCE

@@ -1,0 +1,120 @@
+"""The `humaneval` verifier: HumanEval-style `check(candidate)` tests with one outcome per assert.
+
+The test's check is planned in the grader (`rewards/humaneval_plan.py`): only the arguments of
+the candidate calls go into the sandbox, only typed plain values come back, and every assert is
+evaluated here. Partial credit is the fraction of asserts passed. A task's check travels in its
+single `TestCase` as `expected={"humaneval_test": <source of the test module>}`.
+
+`run_humaneval_batch` grades several samples in one sandbox run, each in its own forked process
+(see `rewards/humaneval_harness.py`); `run_humaneval_tests` is a batch of one.
+"""
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import replace
+from typing import Sequence
+
+from rewards.humaneval_harness import HARNESS_SOURCE
+from rewards.humaneval_plan import Plan, Unplannable, cached_plan, judge
+from rewards.io_tests import Outcome, TestReport, missing_outcome, program_source
+from rewards.records import parse_records
+from sandbox.base import ExecResult, Limits, Sandbox
+from tasks.record import Task
+
+TEST_KEY = "humaneval_test"
+_SAMPLE_END = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
+
+
+def task_plan(task: Task) -> Plan:
+    """The task's planned calls and asserts; a check that cannot be planned is a bad task."""
+    spec = task.tests[0].expected if len(task.tests) == 1 else None
+    if not isinstance(spec, dict) or not isinstance(spec.get(TEST_KEY), str):
+        raise ValueError(f"task {task.task_id}: verifier='humaneval' needs exactly one TestCase "
+                         f"with expected={{{TEST_KEY!r}: <test source>}}")
+    plan = cached_plan(task.prompt, spec[TEST_KEY], task.entry_point)
+    if isinstance(plan, Unplannable):
+        raise ValueError(f"task {task.task_id}: its check cannot be graded outside the sandbox: "
+                         f"{plan}")
+    return plan
+
+
+def run_humaneval_tests(task: Task, completion: str, sandbox: Sandbox, limits: Limits,
+                        per_test_timeout_s: float = 1.0) -> TestReport:
+    return run_humaneval_batch([(task, completion)], sandbox, limits, per_test_timeout_s)[0]
+
+
+def run_humaneval_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limits,
+                        per_test_timeout_s: float = 1.0) -> list[TestReport]:
+    """Grade each (task, completion); `limits.timeout_s` bounds each sample, not the batch."""
+    plans = [task_plan(t) for t, _ in items]
+    reports: list[TestReport | None] = [None] * len(items)
+    batch, index = [], []
+    for k, ((task, completion), plan) in enumerate(zip(items, plans)):
+        source = program_source(task, completion)
+        try:
+            ast.parse(source)
+        except (SyntaxError, ValueError):
+            n = len(plan.asserts)
+            reports[k] = TestReport(("error",) * n, ("SyntaxError",) * n, "syntax_error", None,
+                                    test_names=_names(plan))
+            continue
+        batch.append({"entry": task.entry_point, "calls": list(plan.calls), "source": source})
+        index.append(k)
+    if batch:
+        run_limits = replace(limits, timeout_s=limits.timeout_s * len(batch) + 2.0,
+                             output_bytes=limits.output_bytes * len(batch))
+        res = sandbox.run({"harness.py": HARNESS_SOURCE, "batch.json": json.dumps(batch)},
+                          ["python", "-S", "harness.py", str(per_test_timeout_s),
+                           str(limits.timeout_s)], run_limits)
+        per_sample = _split(res, len(batch))
+        for j, k in enumerate(index):
+            reports[k] = _report(plans[k], per_sample[j], res)
+    return reports  # type: ignore[return-value]
+
+
+def _names(plan: Plan) -> tuple[str, ...]:
+    return tuple(a.source for a in plan.asserts)
+
+
+def _split(res: ExecResult, n: int) -> list[ExecResult | None]:
+    """Per-sample execution records out of the batch parent's output (None: never finished)."""
+    recs: list[list[str]] = [[] for _ in range(n)]
+    prints = [""] * n
+    ends: list[ExecResult | None] = [None] * n
+    for line in res.stdout.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        s = rec.get("s") if isinstance(rec, dict) else None
+        if type(s) is not int or not 0 <= s < n or ends[s] is not None:
+            continue
+        if isinstance(rec.get("rec"), str):
+            recs[s].append(rec["rec"])
+        elif isinstance(rec.get("prints"), str):
+            prints[s] = rec["prints"]
+        elif rec.get("end") in _SAMPLE_END:
+            code = rec.get("code") if type(rec.get("code")) is int else None
+            t = float(rec["t"]) if type(rec.get("t")) in (int, float) else 0.0
+            ends[s] = ExecResult(rec["end"], code, "".join(r + "\n" for r in recs[s]),
+                                 prints[s], t, res.backend)
+    return ends
+
+
+def _report(plan: Plan, sample: ExecResult | None, batch: ExecResult) -> TestReport:
+    n = len(plan.asserts)
+    if batch.status == "infra_error":
+        return TestReport(("missing",) * n, (), "infra_error", batch, test_names=_names(plan))
+    if sample is None:  # the batch ended before this sample did
+        status = batch.status if batch.status != "ok" else "failed"
+        sample = ExecResult(status, batch.exit_code, "", "", 0.0, batch.backend)  # type: ignore[arg-type]
+    recs = parse_records(sample, len(plan.calls))
+    results = {i: ("value", v) for i, v in recs.values.items()}
+    results.update({i: ("timeout" if e == "Timeout" else "error", e)
+                    for i, e in recs.errors.items()})
+    judged = judge(plan, results, missing=missing_outcome(sample))
+    outcomes: tuple[Outcome, ...] = tuple(o for o, _ in judged)  # type: ignore[misc]
+    error_types = tuple(e for o, e in judged if o in ("error", "timeout") and e)
+    return TestReport(outcomes, error_types, sample.status, sample, tuple(recs.flags),
+                      recs.load_error, test_names=_names(plan))
