@@ -217,3 +217,22 @@ class Container:
             self.container.remove(force=True)
         except Exception:
             pass
+
+
+def engine_unavailable() -> str | None:
+    """Why no Docker engine can be used here (None when one answers)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed"
+    try:
+        docker.from_env(timeout=10).ping()
+        return None
+    except Exception as exc:
+        why = f"no Docker engine answers ({type(exc).__name__}: {exc})"
+        try:
+            with open("/tmp/rollforge-docker/status") as fh:
+                why += f"; scripts/setup_docker.sh said: {fh.read().strip()}"
+        except OSError:
+            why += "; run scripts/setup_docker.sh to install and start one"
+        return why

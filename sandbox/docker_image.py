@@ -119,3 +119,17 @@ def ensure_image(client, recipe: dict = RECIPE) -> str:
         except docker.errors.APIError as exc:
             raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
     return tag
+
+
+if __name__ == "__main__":  # `python -m sandbox.docker_image`: build (or find) the image
+    import sys
+    import time
+
+    import docker
+
+    t0 = time.perf_counter()
+    try:
+        print(ensure_image(docker.from_env()), f"({time.perf_counter() - t0:.1f}s)")
+    except (ImageBuildError, docker.errors.DockerException) as exc:
+        print(f"sandbox image: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -177,3 +177,49 @@ def problems(h: Hostile, result, ctx: HostContext, connections: int) -> list[str
     if h.name == "output_flood" and len(result.stdout.encode()) > h.limits.output_bytes:
         out.append(f"captured {len(result.stdout)} bytes past the cap")
     return out
+
+
+class Listener:
+    """A TCP listener on the host's loopback that counts the connections it accepts."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self._stop = False
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+                self.accepted += 1
+                conn.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self._stop = True
+        self._thread.join()
+        self.sock.close()
+
+
+def make_context(directory: str, port: int) -> HostContext:
+    """A fresh token and secret; the secret is written next to `outside`. The caller also puts
+    the secret in its own environment (`ROLLFORGE_TEST_SECRET`), which must not leak either."""
+    import os
+    import secrets
+
+    token = secrets.token_hex(8)
+    secret = "rollforge-secret-" + secrets.token_hex(8)
+    outside = os.path.join(directory, f"outside-{token}.txt")
+    with open(outside + ".secret", "w") as fh:
+        fh.write(secret)
+    return HostContext(token, port, secret, outside)

@@ -34,8 +34,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+PYTHON="${PYTHON:-$(dirname "$0")/../.venv/bin/python}"
+build_image() {  # the sandbox image (cached rootfs: seconds; first debootstrap: ~1-2 minutes)
+  if [ -x "$PYTHON" ]; then
+    (cd "$(dirname "$0")/.." && "$PYTHON" -m sandbox.docker_image) \
+      || say "image build failed (the docker tests will report it)"
+  fi
+  exit 0
+}
+
 if docker info >/dev/null 2>&1; then
-  say "engine answers"; echo ok > "$STATUS_FILE"; exit 0
+  say "engine answers"; echo ok > "$STATUS_FILE"; build_image
 fi
 command -v dockerd >/dev/null || give_up "dockerd is not installed and could not be installed"
 [ "$(id -u)" = 0 ] || [ -n "$SUDO" ] || give_up "no engine answers and starting dockerd needs root"
@@ -45,7 +54,7 @@ say "starting dockerd (log: $LOG_DIR/dockerd.log)"
 $SUDO nohup dockerd --storage-driver=overlay2 --default-runtime=runc \
   --exec-opt native.cgroupdriver=cgroupfs >"$LOG_DIR/dockerd.log" 2>&1 &
 for _ in $(seq 1 "$WAIT_S"); do
-  if docker info >/dev/null 2>&1; then say "engine answers"; echo ok > "$STATUS_FILE"; exit 0; fi
+  if docker info >/dev/null 2>&1; then say "engine answers"; echo ok > "$STATUS_FILE"; build_image; fi
   sleep 1
 done
 give_up "dockerd did not answer within ${WAIT_S}s; last log lines: $(tail -3 "$LOG_DIR/dockerd.log" | tr '\n' ' ')"
