@@ -60,9 +60,9 @@ def _grouped(p, d):
 
 INVERT = leveled("invert", "d", "dicts", _str_dict, [
     Level(lambda r: {"v": r.choice("abcd")},
-          lambda p: f"Return the keys of d whose value is {p['v']!r}, sorted.",
-          lambda p: f"sorted(k for k, v in d.items() if v == {p['v']!r})",
-          lambda p, d: sorted(k for k, v in d.items() if v == p["v"])),
+          lambda p: f"Return how many values of d are {p['v']!r}.",
+          lambda p: f"list(d.values()).count({p['v']!r})",
+          lambda p, d: list(d.values()).count(p["v"])),
     Level(lambda r: {"v": r.choice("abcd")},
           lambda p: f"Return d with keys and values swapped (values are unique), leaving "
                     f"out value {p['v']!r}.",

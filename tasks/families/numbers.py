@@ -138,11 +138,13 @@ LOOP_SUM = leveled("loop_sum", "n", "control", lambda r, d: r.randint(0, 30 * d)
           lambda p: f"Return the sum of the numbers below n divisible by {p['a']} or {p['b']}.",
           lambda p: f"sum(v for v in range(n) if v % {p['a']} == 0 or v % {p['b']} == 0)",
           lambda p, n: sum(v for v in range(n) if v % p["a"] == 0 or v % p["b"] == 0)),
-    Level(lambda r: dict(zip("ab", r.sample(range(2, 10), 2))),
-          lambda p: f"Return the sum of the numbers below n divisible by exactly one of "
-                    f"{p['a']} and {p['b']}.",
-          lambda p: f"sum(v for v in range(n) if (v % {p['a']} == 0) != (v % {p['b']} == 0))",
-          lambda p, n: sum(v for v in range(n) if (v % p["a"] == 0) != (v % p["b"] == 0))),
+    Level(lambda r: dict(zip("abc", r.sample(range(2, 10), 3))),
+          lambda p: f"Return the sum of the numbers below n divisible by {p['a']} or {p['b']} "
+                    f"but not by {p['c']}.",
+          lambda p: (f"sum(v for v in range(n) if (v % {p['a']} == 0 or v % {p['b']} == 0) "
+                     f"and v % {p['c']} != 0)"),
+          lambda p, n: sum(v for v in range(n) if (v % p["a"] == 0 or v % p["b"] == 0)
+                           and v % p["c"] != 0)),
 ])
 
 NUMBERS: list[Family] = [POLY, CLAMP, DIGITS, FIZZBUZZ, GRADE, LOOP_SUM]

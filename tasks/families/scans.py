@@ -25,7 +25,7 @@ def _runs(p, s):
 
 
 def _rle_in(r, d):
-    if level_of(d, 3) == 3:  # an encoded string: letter, digit, letter, digit, ...
+    if level_of(d, 3) == 2:  # an encoded string: letter, digit, letter, digit, ...
         return "".join(r.choice("abc") + str(r.randint(1, 9)) for _ in range(r.randint(0, 2 + d)))
     return "".join(r.choice("ab") * r.randint(1, 4) for _ in range(r.randint(0, 2 + d)))
 
@@ -37,6 +37,11 @@ RUN_LENGTH = leveled("run_length", "s", "algorithms", _rle_in, [
                      f"        cur = cur + 1 if ch == {p['c']!r} else 0\n"
                      f"        best = max(best, cur)\n    return best\n"),
           _longest, block=True),
+    Level(lambda r: {"k": r.randint(3, 7)},
+          lambda p: f"Decode s, letters each followed by a digit count ('a2b1' -> 'aab'); "
+                    f"cap each count at {p['k']}.",
+          lambda p: f"''.join(s[i] * min(int(s[i + 1]), {p['k']}) for i in range(0, len(s), 2))",
+          lambda p, s: "".join(s[i] * min(int(s[i + 1]), p["k"]) for i in range(0, len(s), 2))),
     Level(lambda r: {"k": r.randint(2, 3)},
           lambda p: f"Return the runs of equal characters of s of length {p['k']}+ as "
                     f"[char, length] pairs, in order.",
@@ -45,11 +50,6 @@ RUN_LENGTH = leveled("run_length", "s", "algorithms", _rle_in, [
                      f"        if j - i >= {p['k']}:\n            out.append([s[i], j - i])\n"
                      f"        i = j\n    return out\n"),
           _runs, block=True),
-    Level(lambda r: {"k": r.randint(3, 7)},
-          lambda p: f"Decode s, letters each followed by a digit count ('a2b1' -> 'aab'); "
-                    f"cap each count at {p['k']}.",
-          lambda p: f"''.join(s[i] * min(int(s[i + 1]), {p['k']}) for i in range(0, len(s), 2))",
-          lambda p, s: "".join(s[i] * min(int(s[i + 1]), p["k"]) for i in range(0, len(s), 2))),
 ])
 
 _PAIRS = ["()", "[]", "<>", "{}"]

@@ -121,9 +121,10 @@ ZIP_LISTS = leveled("zip_lists", "xs, ys", "lists",
           lambda p, xs, ys: [a + b + p["k"] for a, b in zip(xs, ys)]),
     Level(lambda r: {"k": r.randint(0, 4)},
           lambda p: f"Return the items of xs that are in ys and greater than {p['k']}, "
-                    f"in order.",
-          lambda p: f"[v for v in xs if v in ys and v > {p['k']}]",
-          lambda p, xs, ys: [v for v in xs if v in ys and v > p["k"]]),
+                    f"in order, without repeats.",
+          lambda p: f"[v for i, v in enumerate(xs) if v in ys and v > {p['k']} and v not in xs[:i]]",
+          lambda p, xs, ys: [v for i, v in enumerate(xs)
+                             if v in ys and v > p["k"] and v not in xs[:i]]),
     Level(lambda r: {"k": r.randint(0, 9)},
           lambda p: f"Return xs and ys interleaved, then the rest of the longer, without "
                     f"items equal to {p['k']}.",

@@ -1,0 +1,80 @@
+"""The procedural suite: frozen original families, new families with a real difficulty knob."""
+import ast
+import hashlib
+import json
+import re
+import statistics
+
+import pytest
+
+from tasks.procedural import CATEGORIES, FAMILIES, generate_suite
+
+ORIGINAL = ["add", "mul", "affine", "filter_gt", "sum_plus", "repeat", "count", "prefix"]
+NEW = [f for f in FAMILIES if f not in ORIGINAL]
+
+
+def _digest(tasks):
+    return hashlib.sha256(json.dumps([t.model_dump(mode="json") for t in tasks]).encode()).hexdigest()
+
+
+def test_original_families_generate_exactly_what_they_did_before_the_split_into_modules():
+    # Digest of generate_suite(ORIGINAL, [1, 2], 8) computed with the pre-refactor generator
+    # (commit 48ed7d9); the tiny model of the default run is trained on exactly these tasks.
+    tasks = generate_suite(ORIGINAL, [1, 2], 8)
+    assert len(tasks) == 112
+    assert _digest(tasks) == "d6129d9325dc4aa9217dbffab6941a60473fcf62ce09d499e9055a587524ceb6"
+    add = next(t for t in tasks if t.task_id == "proc/add/017d07635c51")
+    assert add.prompt == ('def add_017d(x):\n    """Return x plus 2.\n    >>> add_017d(100)\n'
+                          '    102\n    """\n')
+    assert add.reference == "    return x + 2\n" and add.split == "train"
+
+
+def test_suite_is_reproducible_from_its_seed_and_changes_with_it():
+    a = generate_suite(NEW, [1, 2, 3], 2, seed=5)
+    assert _digest(a) == _digest(generate_suite(NEW, [1, 2, 3], 2, seed=5))
+    assert _digest(a) != _digest(generate_suite(NEW, [1, 2, 3], 2, seed=6))
+
+
+def test_families_cover_every_category_the_issue_names():
+    assert {"arithmetic", "strings", "lists", "dicts", "control", "recursion",
+            "algorithms"} <= set(CATEGORIES)
+    assert all(len(CATEGORIES[c]) >= 3 for c in CATEGORIES if c != "basic")
+
+
+def _size(task):
+    """Syntax-tree nodes of the reference solution alone (the prompt's example excluded)."""
+    return len(list(ast.walk(ast.parse("def f(*args):\n" + task.reference))))
+
+
+@pytest.mark.parametrize("family", NEW)
+def test_higher_difficulty_needs_a_longer_solution_not_just_bigger_numbers(family):
+    tasks = generate_suite([family], [1, 2, 3], 4)
+    by_level = {d: statistics.mean(_size(t) for t in tasks if t.difficulty == d) for d in (1, 2, 3)}
+    assert by_level[1] < by_level[2] < by_level[3], by_level
+    # and each level asks a different question, not the same one with other constants
+    templates = {d: {re.sub(r"-?\d+|'[^']*'", "#", t.prompt.split('"""')[1].split("\n")[0])
+                     for t in tasks if t.difficulty == d} for d in (1, 2, 3)}
+    assert not (templates[1] & templates[2]) and not (templates[2] & templates[3]), templates
+
+
+def test_prompts_stay_short_enough_for_a_tiny_model():
+    tasks = generate_suite(NEW, [1, 2, 3], 3)
+    lengths = [len(t.prompt) for t in tasks]
+    assert max(lengths) <= 240 and statistics.median(lengths) < 170
+
+
+def test_expected_outputs_are_plain_json_and_hidden_answers_are_not_all_equal():
+    for t in generate_suite(NEW, [1, 2, 3, 4], 3):
+        values = [c.expected for c in t.tests]
+        assert json.loads(json.dumps(values)) == values, t.task_id  # no tuples, str keys only
+        assert len({json.dumps(v, sort_keys=True) for v in values}) > 1, t.task_id
+
+
+def test_recursive_family_reference_calls_its_own_function_name():
+    t = generate_suite(["fib_like"], [1], 1)[0]
+    assert f"{t.entry_point}(n - 1)" in t.reference and "__self__" not in t.reference
+
+
+def test_unknown_family_is_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match="unknown task families \\['nope'\\]; expected"):
+        generate_suite(["nope"], [1], 1)
