@@ -41,7 +41,8 @@ def _exec(args: argparse.Namespace) -> int:
                             output_bytes=args.output_bytes, pool_size=0)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise UsageError(f"--{'-'.join(map(str, err['loc'])).replace('_', '-')}: {err['msg']}") from None
+        flag = "-".join(map(str, err["loc"])).replace("_", "-")
+        raise UsageError(f"--{flag}: {err['msg']}") from None
     logging.basicConfig(level=logging.WARNING, format="rollforge exec: %(message)s")
     try:
         sandbox = make_sandbox(cfg)

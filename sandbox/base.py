@@ -71,3 +71,23 @@ class Sandbox(Protocol):
     ) -> ExecResult: ...
 
     def close(self) -> None: ...
+
+
+def verdict(*, timed_out: bool, oom: bool, overflow: bool, exit_code: int | None,
+            stderr: str) -> Status:
+    """The status of an execution that ran, from what every backend observes.
+
+    The wall-clock limit wins (the tree was killed for it), then a kill by the memory limit, then
+    the output cap; a `MemoryError` traceback is a memory verdict too (rlimit fallback).
+    """
+    if timed_out:
+        return "timeout"
+    if oom:
+        return "memory_exceeded"
+    if overflow:
+        return "output_truncated"
+    if exit_code == 0:
+        return "ok"
+    if "MemoryError" in stderr[-2000:]:
+        return "memory_exceeded"
+    return "failed"

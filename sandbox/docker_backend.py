@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits
+from sandbox.base import ExecResult, Limits, verdict
 from sandbox.docker_container import Container, ContainerError, ContainerSpec, reap
 from sandbox.workspace import check_relpath
 
@@ -124,18 +124,8 @@ class DockerSandbox:
                 oom = ooms_after > ooms_before
             else:  # remote engine: no cgroup to read; a SIGKILL we did not send is the OOM killer
                 oom = code == -9 and not resp["timed_out"] and not resp["overflow"]
-            if resp["timed_out"]:
-                status = "timeout"
-            elif oom:
-                status = "memory_exceeded"
-            elif resp["overflow"]:
-                status = "output_truncated"
-            elif code == 0:
-                status = "ok"
-            elif "MemoryError" in err[-2000:]:
-                status = "memory_exceeded"
-            else:
-                status = "failed"
+            status = verdict(timed_out=resp["timed_out"], oom=oom, overflow=resp["overflow"],
+                             exit_code=code, stderr=err)
             collected = {k: base64.b64decode(v).decode("utf-8", errors="replace")
                          for k, v in resp["files"].items()}
             return ExecResult(status, code, out, err, float(resp["duration_s"]), self.name,

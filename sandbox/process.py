@@ -25,7 +25,7 @@ import subprocess
 import sys
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits
+from sandbox.base import ExecResult, Limits, verdict
 from sandbox.capture import run_capped
 from sandbox.cgroups import ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
@@ -43,8 +43,9 @@ _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the ex
 def _interpreter_paths(python: str) -> tuple[str, str]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         return sys.base_prefix, sys.prefix
-    out = subprocess.run([python, "-I", "-c", "import sys;print(sys.base_prefix);print(sys.prefix)"],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+    code = "import sys; print(sys.base_prefix); print(sys.prefix)"
+    out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split("\n")
     return out[0], out[1]
 
 
@@ -175,10 +176,7 @@ class ProcessSandbox:
                 uid = None
                 if self.host.setpriv:
                     uid = 2_000_000 + secrets.randbelow(1_000_000_000)
-                    for dirpath, dirnames, filenames in os.walk(workdir):
-                        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirnames + filenames)]:
-                            os.lchown(n, uid, uid)
-                    os.chmod(workdir, 0o700)
+                    _give_to(workdir, uid)
                 if self.host.memory_cgroup or self.host.pids_cgroup:
                     group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
                                       limits.pids + _LAUNCHER_PROCS if self.host.pids_cgroup
@@ -216,19 +214,8 @@ class ProcessSandbox:
             for s in status_lines or ():
                 if "exit-code" in s:
                     code = s["exit-code"]
-            oom = group.oom_killed() if group else False
-            if cap.timed_out:
-                status = "timeout"
-            elif oom:
-                status = "memory_exceeded"
-            elif cap.overflow:
-                status = "output_truncated"
-            elif code == 0:
-                status = "ok"
-            elif "MemoryError" in cap.stderr[-2000:]:
-                status = "memory_exceeded"
-            else:
-                status = "failed"
+            status = verdict(timed_out=cap.timed_out, oom=group.oom_killed() if group else False,
+                             overflow=cap.overflow, exit_code=code, stderr=cap.stderr)
             collected = collect_files(workdir, collect, limits.output_bytes) if collect else {}
             return ExecResult(status, code, cap.stdout, cap.stderr, cap.duration_s, self.name,
                               peak_memory_mb=group.peak_mb() if group else None, files=collected)
@@ -238,12 +225,22 @@ class ProcessSandbox:
                     os.close(fd)
             if group is not None:
                 group.kill_all()
-                group.remove()
-            if workdir is not None:
+            if workdir is not None:  # before the group goes: its tmpfs pages are charged there
                 shutil.rmtree(workdir, ignore_errors=True)
+            if group is not None:
+                group.remove()
 
     def close(self) -> None:
         pass
+
+
+def _give_to(workdir: str, uid: int) -> None:
+    """Make the workspace the private uid's own, and nobody else's."""
+    for dirpath, dirnames, filenames in os.walk(workdir):
+        os.lchown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+    os.chmod(workdir, 0o700)
 
 
 def _read_status(fd: int) -> list[dict]:
