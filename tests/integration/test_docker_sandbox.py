@@ -163,3 +163,20 @@ def test_cli_exec_docker_prints_one_json_record(tmp_path, client):
     record = json.loads(p.stdout)
     assert p.returncode == 0, p.stderr
     assert (record["status"], record["stdout"], record["backend"]) == ("ok", "65534\n", "docker")
+
+
+def test_containers_of_a_crashed_owner_are_reaped_by_the_next_sandbox(client):
+    crash = ("import os\nfrom sandbox.docker_backend import DockerSandbox\n"
+             "from sandbox.docker_container import owner_id\n"
+             "s = DockerSandbox(pool_size=2)\nprint(owner_id(), flush=True)\n"
+             "os._exit(1)  # no atexit, no close(): a crash\n")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    p = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True,
+                       timeout=120, cwd=repo)
+    crashed = p.stdout.strip()
+    by_crashed = {"label": f"{OWNER_LABEL}={crashed}"}
+    assert crashed and len(client.containers.list(all=True, filters=by_crashed)) == 2, p.stderr
+    from sandbox.docker_backend import DockerSandbox
+
+    DockerSandbox(pool_size=0).close()  # making a sandbox runs the reaper
+    assert client.containers.list(all=True, filters=by_crashed) == []
