@@ -24,11 +24,12 @@ from rewards.guard import GUARD_SOURCE
 _WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
 
 _MAIN_SOURCE = r'''
-import json as _json, selectors as _selectors, signal as _signal, time as _time
+import _thread, json as _json, selectors as _selectors, signal as _signal, time as _time
 # Modules HumanEval prompts and solutions import, loaded once so every forked sample starts warm.
 import typing, re, math, collections, itertools, functools, string, hashlib, heapq, bisect
 
-_dumps, _loads, _write, _mono = _json.dumps, _json.loads, _os.write, _time.monotonic
+_dumps, _loads, _write, _mono, _sleep = (_json.dumps, _json.loads, _os.write, _time.monotonic,
+                                         _time.sleep)
 _setitimer, _getsignal, _ITIMER = _signal.setitimer, _signal.getsignal, _signal.ITIMER_REAL
 _fired = [False]
 _PRINTS_CAP = 8192
@@ -46,15 +47,31 @@ def _alarm(signum, frame):
 
 def _child(item, per_test, rec_fd):
     """One sample, in its own process: load the solution, answer each planned call."""
+    lock, stopped = _thread.allocate_lock(), [False]
+
     def emit(rec):
-        _write(rec_fd, (_dumps(rec) + "\n").encode())
+        with lock:  # the watchdog writes too; nothing may follow "done"
+            if not stopped[0]:
+                _write(rec_fd, (_dumps(rec) + "\n").encode())
+                if "done" in rec:
+                    stopped[0] = True
 
     def emit_flag(flag):
         emit({"flag": flag})
 
+    def watchdog():
+        # Notices the per-call alarm being switched off while the candidate still runs (a
+        # child stuck past its limit is then killed by the parent, but would carry no flag).
+        while not stopped[0]:
+            _sleep(0.05)
+            if _getsignal(_signal.SIGALRM) is not _alarm:
+                emit_flag("timeout_evasion")
+                return
+
     _signal.signal(_signal.SIGALRM, _alarm)
     _install_guard(emit_flag)
     snap = _snapshot(globals())
+    _thread.start_new_thread(watchdog, ())
     entry, calls = item["entry"], item["calls"]
     ns = {"__name__": "solution"}
     try:
@@ -106,18 +123,23 @@ def _run_one(k, item, per_test, limit_s, out):
     t0 = _mono()
     pid = _os.fork()
     if pid == 0:  # the sample's own process
-        code = 0
+        code, prints = 0, None
         try:
             _os.setpgid(0, 0)
             _os.dup2(txt_w, 1)
             _os.dup2(txt_w, 2)
             _os.dup2(rec_w, 3)
             _os.closerange(4, 4096)  # the parent's stdout and the other samples' pipes
-            _sys.stdout = _sys.stderr = open(1, "w", closefd=False)
+            prints = open(1, "w", buffering=1, closefd=False)
+            _sys.stdout = _sys.stderr = prints
             _child(item, per_test, 3)
         except BaseException:
             code = 70
         finally:
+            try:
+                prints.flush()
+            except BaseException:
+                pass
             _os._exit(code)
     _os.close(rec_w)
     _os.close(txt_w)

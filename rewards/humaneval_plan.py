@@ -99,6 +99,7 @@ class _Rewriter(ast.NodeTransformer):
         return ast.Call(ast.Name("__rf_args", ast.Load()), call.args, call.keywords)
 
     def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        source = ast.unparse(node)
         calls = _candidate_calls(node.test, self.names)
         for n in ast.walk(node.test):
             if isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp,
@@ -119,7 +120,7 @@ class _Rewriter(ast.NodeTransformer):
         code = compile(judged, "<humaneval assert>", "eval")
         names = frozenset(n.id for n in ast.walk(judged.body) if isinstance(n, ast.Name))
         aid = len(self.asserts)
-        self.asserts.append((ast.unparse(node), code, names, len(calls)))
+        self.asserts.append((source, code, names, len(calls)))
         call = ast.Call(ast.Name("__rf_defer", ast.Load()),
                         [ast.Constant(aid), ast.Call(ast.Name("locals", ast.Load()), [], []),
                          *phase1], [])
