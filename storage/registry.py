@@ -132,7 +132,8 @@ def read_metrics(run_dir: str) -> pd.DataFrame:
     rows = []
     for _, loc in _iteration_records(locate(run_dir).join("metrics")):
         rec = _read_json(loc)
-        rows.append({"iteration": rec["iteration"], "recorded_at": rec["recorded_at"], **rec["metrics"]})
+        metrics = {k: (math.nan if v is None else v) for k, v in rec["metrics"].items()}
+        rows.append({"iteration": rec["iteration"], "recorded_at": rec["recorded_at"], **metrics})
     frame = pd.DataFrame(rows, columns=None if rows else ["iteration", "recorded_at"])
     return frame.astype({"iteration": "int64"}).reset_index(drop=True)
 

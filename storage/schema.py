@@ -132,7 +132,7 @@ def _column(name: str, values: list[Any], field: pa.Field) -> pa.Array:
                          f"every row{_first_bad_row(values, field)}: {exc}") from None
 
 
-def _nan_to_null(arr: pa.Array) -> pa.Array:
+def _nan_to_null(arr: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """NaN means 'could not be scored'; stored as null so SQL aggregates and filters skip it
     (in DuckDB NaN sorts above every number, so `reward > 0.5` would otherwise match it)."""
     if pa.types.is_floating(arr.type) and len(arr) and pc.any(pc.is_nan(arr)).as_py():
@@ -140,7 +140,7 @@ def _nan_to_null(arr: pa.Array) -> pa.Array:
     return arr
 
 
-def _check_required(name: str, arr: pa.Array, field: pa.Field) -> None:
+def _check_required(name: str, arr: pa.Array | pa.ChunkedArray, field: pa.Field) -> None:
     if not field.nullable and arr.null_count:
         first = pc.index(pc.is_null(arr), True).as_py()
         raise ValueError(f"column {name!r} is required but is missing/None in row {first}")
@@ -161,7 +161,7 @@ def rows_to_table(rows: Iterable[Mapping[str, Any]], iteration: int, shard: int)
 
 def table_to_file_table(table: pa.Table, iteration: int, shard: int) -> pa.Table:
     """An Arrow table -> FILE_SCHEMA, with the same checks as rows_to_table (no row copying)."""
-    columns = {name: table.column(name).combine_chunks() for name in table.column_names}
+    columns = {name: table.column(name) for name in table.column_names}  # no copy
     return _conform(columns, table.num_rows, iteration, shard)
 
 
@@ -173,7 +173,7 @@ def _conform(columns: dict[str, Any], n: int, iteration: int, shard: int) -> pa.
     for name, value in (("iteration", iteration), ("shard", shard), ("schema_version", SCHEMA_VERSION)):
         if name in columns:
             given = columns[name]
-            given = given.to_pylist() if isinstance(given, pa.Array) else given
+            given = given.to_pylist() if isinstance(given, (pa.Array, pa.ChunkedArray)) else given
             wrong = [v for v in given if v != value]
             if wrong:
                 raise ValueError(f"column {name!r}: rows say {wrong[0]!r} but the shard is written "
@@ -189,7 +189,7 @@ def _conform(columns: dict[str, Any], n: int, iteration: int, shard: int) -> pa.
             arr = pa.nulls(n, field.type)
         else:
             given = columns[name]
-            if isinstance(given, pa.Array):
+            if isinstance(given, (pa.Array, pa.ChunkedArray)):
                 if not _compatible(given.type, field.type):
                     raise ValueError(f"column {name!r}: expected {_expected(field.type)} "
                                      f"({field.type}), got Arrow type {given.type}")
@@ -201,5 +201,5 @@ def _conform(columns: dict[str, Any], n: int, iteration: int, shard: int) -> pa.
                 arr = _column(name, given, field)
         arr = _nan_to_null(arr)
         _check_required(name, arr, field)
-        arrays.append(arr)
+        arrays.append(arr if isinstance(arr, pa.ChunkedArray) else pa.chunked_array([arr], field.type))
     return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
