@@ -21,6 +21,8 @@ from typing import Any, Iterable, Sequence
 from tasks.record import Task
 
 TRIVIAL_COMPLETIONS = {"pass": "    pass\n"}
+# Verifiers that compare returned values with `expected`: there a constant answer can be spotted.
+VALUE_VERIFIERS = {"io", "dataframe"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,8 @@ def check_tests_consistent(task: Task) -> list[str]:
                 problems.append(f"{kind} {i}: args {list(case.args)!r} already expect "
                                 f"{answers[key]}, here {ans}")
             answers.setdefault(key, ans)
+    if task.verifier not in VALUE_VERIFIERS:
+        return problems  # e.g. HumanEval: one test that is a check program, not a value
     if len({_canon(list(t.args)) for t in task.tests}) < len(task.tests):
         problems.append("a hidden test is repeated")
     if len({_canon(t.expected) for t in task.tests}) == 1:
@@ -85,8 +89,14 @@ def check_task(task: Task, sandbox, limits, reward_cfg=None) -> TaskCheck:
     from rewards.aggregate import RewardConfig
     from rewards.score import score
 
+    from rewards.score import VERIFIERS
+
     cfg = reward_cfg or RewardConfig()
     problems = check_tests_consistent(task)
+    if task.verifier not in VERIFIERS:
+        problems.append(f"verifier {task.verifier!r} is not registered in rewards.score.VERIFIERS "
+                        f"(known: {sorted(VERIFIERS)}); the task cannot be graded")
+        return TaskCheck(task.task_id, tuple(problems))
     infra = False
     ref_reward = None
     if task.reference is not None:
