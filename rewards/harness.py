@@ -61,7 +61,7 @@ def main():
         _write(out_fd, (_dumps(rec) + "\n").encode())
 
     signal.signal(signal.SIGALRM, _alarm)
-    _install_guard(lambda flag: emit({"flag": flag}))
+    _install_guard(lambda flag: emit({"flag": flag}), strict=False)  # numpy/pandas may be used
     snap = _snapshot(globals())
     ns = {"__name__": "solution"}
     try:

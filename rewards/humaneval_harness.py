@@ -25,8 +25,6 @@ _WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
 
 _MAIN_SOURCE = r'''
 import _thread, json as _json, selectors as _selectors, signal as _signal, time as _time
-# Modules HumanEval prompts and solutions import, loaded once so every forked sample starts warm.
-import typing, re, math, collections, itertools, functools, string, hashlib, heapq, bisect
 
 _dumps, _loads, _write, _mono, _sleep = (_json.dumps, _json.loads, _os.write, _time.monotonic,
                                          _time.sleep)
@@ -190,6 +188,8 @@ def main():
     with open("batch.json") as fh:
         batch = _loads(fh.read())
     _os.remove("batch.json")
+    if len(batch) > 1:  # what HumanEval prompts and solutions import: once, for every fork
+        import typing, re, math, collections, itertools, functools, string, hashlib, heapq
 
     def out(rec):
         _write(1, (_dumps(rec) + "\n").encode())

@@ -73,7 +73,7 @@ def run_io_tests(task: Task, completion: str, sandbox: Sandbox, limits: Limits,
         "harness.py": HARNESS_SOURCE,
         "inputs.json": json.dumps([list(t.args) for t in task.tests]),
     }
-    res = sandbox.run(files, ["python", "-S", "harness.py", task.entry_point,
+    res = sandbox.run(files, ["python", "harness.py", task.entry_point,
                               str(per_test_timeout_s)], limits)
     if res.status == "infra_error":
         return TestReport(("missing",) * n, (), "infra_error", res)
