@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
 import pandas as pd
@@ -58,6 +59,7 @@ class CompactionResult:
     files_before: int
     files_after: int
     rows: int
+    stale_temporaries_removed: int = 0
 
 
 def _check_index(name: str, value: Any) -> int:
@@ -217,16 +219,34 @@ def read_trajectories(run_dir: str, iteration: int | None = None) -> pd.DataFram
     return open_dataset(run_dir, iteration).to_table().to_pandas()
 
 
-def compact(run_dir: str, iteration: int, target_rows: int = 1_000_000) -> CompactionResult:
+def _remove_stale_temporaries(folder: Location, older_than_s: float) -> int:
+    """Temporary files of writers that crashed (a live writer's file is younger)."""
+    now, removed = datetime.now(timezone.utc), 0
+    for name in folder.names():
+        if name.startswith(".") and ".tmp-" in name:
+            loc = folder.join(name)
+            modified = loc.fs.modified(loc.path)
+            if modified.tzinfo is None:
+                modified = modified.replace(tzinfo=timezone.utc)
+            if (now - modified).total_seconds() > older_than_s:
+                loc.remove()
+                removed += 1
+    return removed
+
+
+def compact(run_dir: str, iteration: int, target_rows: int = 1_000_000,
+            stale_after_s: float = 3600.0) -> CompactionResult:
     """Merge runs of consecutive shard files of `iteration` into files of about `target_rows`
     rows (`shards-<a>-<b>.parquet`). Query results do not change; shards_written does not
-    change; a later write_shard of a merged shard still replaces it."""
+    change; a later write_shard of a merged shard still replaces it. Also deletes temporary
+    files older than `stale_after_s` (left by writers that crashed)."""
     _check_index("iteration", iteration)
     if target_rows < 1:
         raise ValueError(f"target_rows={target_rows}: expected >= 1")
     run = _run(run_dir)
     folder = _iteration_dir(run, iteration)
     live = _remove_superseded(folder)
+    stale = _remove_stale_temporaries(folder, stale_after_s)
     counts = {f.loc.path: pq.read_metadata(f.loc.path, filesystem=_arrow_fs(run)).num_rows
               for f in live}
     groups: list[list[ShardFile]] = []
@@ -245,4 +265,4 @@ def compact(run_dir: str, iteration: int, target_rows: int = 1_000_000) -> Compa
         _write_parquet(folder.join(_file_name(first, last)), table, iteration, first, last)
         for f in g:
             f.loc.remove()
-    return CompactionResult(iteration, len(live), len(groups), sum(counts.values()))
+    return CompactionResult(iteration, len(live), len(groups), sum(counts.values()), stale)

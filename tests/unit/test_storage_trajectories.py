@@ -171,11 +171,14 @@ def test_a_crash_mid_write_leaves_no_file_a_reader_picks_up_and_keeps_the_old_sh
     assert len(leftovers) == 2  # the crash really happened after bytes were written
     assert shards_written(run_dir, 0) == {0}
     assert sorted(read_trajectories(run_dir).completion) == sorted(r["completion"] for r in example_rows(5))
+    assert compact(run_dir, 0).stale_temporaries_removed == 0  # they might belong to a live writer
     # What analysts run directly: pyarrow/pandas on the folder and a DuckDB glob.
     assert pd.read_parquet(os.path.join(run_dir, "trajectories")).shape[0] == 5
     assert ds.dataset(os.path.join(run_dir, "trajectories"), partitioning="hive").count_rows() == 5
     glob = os.path.join(run_dir, "trajectories", "*", "*.parquet")
     assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{glob}')").fetchall()[0][0] == 5
+    assert compact(run_dir, 0, stale_after_s=0).stale_temporaries_removed == 2
+    assert [n for n in os.listdir(folder) if ".tmp-" in n] == []
 
 
 def test_compaction_merges_shards_without_changing_query_results(run_dir):
