@@ -42,4 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run through the importable module, so `UsageError` raised by the commands (imported from
+    # `flows.cli`) is the class caught here rather than a twin defined in `__main__`.
+    from flows.cli import main as _main
+
+    sys.exit(_main())

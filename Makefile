@@ -1,0 +1,41 @@
+# One command sets up and runs the loop (`make run`), one sets up and runs the tests (`make test`).
+# Both create .venv/ with the pinned dependencies first; nothing else needs to be installed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DO_NOT_TRACK := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DS_ACCELERATOR := cpu
+
+.PHONY: setup run test test-fast bench clean
+
+$(STAMP): requirements.lock pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch is pinned in the same install as deepspeed: pip takes the local CPU wheel.
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps -e .
+	# DeepSpeed compiles its CPU communication op on first use (about a minute): do it now.
+	$(PY) -m training.engine --warm-up
+	touch $(STAMP)
+
+setup: $(STAMP)
+	@bash scripts/setup_system.sh
+
+run: setup
+	$(VENV)/bin/rollforge run $(ARGS)
+
+test: setup
+	bash scripts/setup_docker.sh
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not integration" $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) bench/bench_stages.py
+
+clean:
+	rm -rf $(VENV) runs

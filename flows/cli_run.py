@@ -1,0 +1,46 @@
+"""`rollforge run`: run (or resume) the RL loop on a config."""
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "run", help="run or resume the RL loop (SFT warm start, then GRPO iterations)",
+        description="Run the iteration loop as a Prefect flow: generate tasks, sample "
+        "completions, execute them in sandboxes on a Dask cluster, score, write Parquet "
+        "trajectories, update the policy with DeepSpeed, checkpoint. A run whose folder already "
+        "holds finished iterations resumes after the last one.")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="YAML run config (default: configs/default.yaml)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config field by its dotted path, e.g. --set rl.lr=1e-4 "
+                   "(repeatable)")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from flows.cli import UsageError
+    from flows.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    from flows.env import apply_defaults
+
+    apply_defaults()
+
+    from flows.iteration import train_flow
+    from flows.report import summary
+    from storage.registry import read_metrics
+
+    result = train_flow(cfg.model_dump(mode="json"))
+    print()
+    print(summary(result, read_metrics(cfg.run_dir)))
+    print()
+    print(f"trajectories: {cfg.run_dir}/trajectories/  (query: rollforge query --store "
+          f"{cfg.out_dir} \"SELECT ...\")")
+    print(f"checkpoints:  {cfg.run_dir}/checkpoints/   metrics: {cfg.run_dir}/metrics/   "
+          f"config: {cfg.run_dir}/config.yaml")
+    return 0

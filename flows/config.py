@@ -1,0 +1,149 @@
+"""The run config: one typed object, built from one sub-config per stage, loaded from YAML."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rewards.aggregate import RewardConfig
+from sandbox.config import SandboxConfig
+from training.config import PolicyConfig, RLConfig, SamplingConfig, SFTConfig
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.yaml"
+
+
+class TaskConfig(BaseModel):
+    """Which problems the run trains and evaluates on (the procedural suite)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    families: list[str] = Field(default_factory=lambda: ["add", "mul", "filter_gt", "repeat"],
+                                min_length=1, description="procedural families in the pool")
+    difficulties: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    tasks_per_family: int = Field(40, ge=1, description="distinct tasks per (family, difficulty)")
+    n_tests: int = Field(6, ge=1, description="hidden tests per task")
+    heldout_fraction: float = Field(0.2, gt=0, lt=1, description="share of tasks held out")
+    tasks_per_iteration: int = Field(32, ge=1, description="training tasks sampled per iteration")
+    heldout_samples: int = Field(4, ge=1, description="sampled completions per held-out task at eval")
+    seed: int = 0
+
+
+class ClusterConfig(BaseModel):
+    """Where rollouts execute: a local Dask cluster, or an existing scheduler's address."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = Field(None, description="tcp://host:port of a running Dask scheduler; "
+                                "None starts a LocalCluster")
+    n_workers: int = Field(2, ge=1, description="LocalCluster worker processes")
+    threads_per_worker: int = Field(1, ge=1, description="threads (concurrent sandboxes) per worker")
+    shard_size: int = Field(64, ge=1, description="rollouts per Prefect task (one shard)")
+
+
+class RunConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                        description="folder name of the run under out_dir")
+    out_dir: str = Field("runs", description="store root; the run writes to <out_dir>/<run_id>/")
+    iterations: int = Field(8, ge=1, description="RL iterations (policy updates) in the run")
+    eval_every: int = Field(4, ge=1, description="evaluate held-out tasks every N iterations "
+                            "(and always before the first and after the last)")
+    keep_checkpoints: int = Field(3, ge=1, description="policy checkpoints kept (plus v0, the SFT start)")
+    seed: int = 0
+    tasks: TaskConfig = TaskConfig()
+    cluster: ClusterConfig = ClusterConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    rewards: RewardConfig = RewardConfig()
+    policy: PolicyConfig = PolicyConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    sft: SFTConfig = SFTConfig()
+    rl: RLConfig = RLConfig()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RunConfig":
+        if self.policy.n_embd % self.policy.n_head:
+            raise ValueError(f"policy.n_embd={self.policy.n_embd} must be divisible by "
+                             f"policy.n_head={self.policy.n_head}")
+        return self
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.out_dir.rstrip('/')}/{self.run_id}"
+
+    def hash(self) -> str:
+        """Hash of everything that changes what the run computes (not where it writes)."""
+        d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
+                                                   "keep_checkpoints"})
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class ConfigError(ValueError):
+    """A config that does not validate; the message names every bad field."""
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(config)"
+        got = e.get("input")
+        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"{loc}: {e['msg']}{got_s}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def _set_dotted(d: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    cur = d
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(f"--set {dotted}: {p!r} is not a section")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_.]*)=(.*)", item, re.S)
+    if not m:
+        raise ConfigError(f"--set {item!r}: expected key=value, e.g. --set rl.lr=1e-4")
+    try:
+        value = yaml.safe_load(m.group(2)) if m.group(2) != "" else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {item!r}: value is not valid YAML: {exc}") from None
+    return m.group(1), value
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> RunConfig:
+    """Load YAML (default: configs/default.yaml), apply `key=value` overrides, validate."""
+    path = Path(path) if path else DEFAULT_CONFIG
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {type(raw).__name__}")
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(raw, key, value)
+    return validate_config(raw)
+
+
+def validate_config(raw: dict) -> RunConfig:
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+    from tasks.procedural import FAMILIES  # noqa: PLC0415
+
+    unknown = sorted(set(cfg.tasks.families) - set(FAMILIES))
+    if unknown:
+        raise ConfigError(f"tasks.families: unknown {unknown}; expected some of {sorted(FAMILIES)}")
+    return cfg

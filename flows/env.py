@@ -1,0 +1,20 @@
+"""Process environment for Prefect and DeepSpeed, set before either is imported."""
+from __future__ import annotations
+
+import os
+
+DEFAULTS = {
+    "DO_NOT_TRACK": "1",  # nothing phones home
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    # The temporary local API needs more than Prefect's 20 s default on a busy 2-core machine.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    "PREFECT_LOGGING_LOG_PRINTS": "true",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+}
+
+
+def apply_defaults() -> None:
+    for k, v in DEFAULTS.items():
+        os.environ.setdefault(k, v)

@@ -1,0 +1,52 @@
+"""The end-of-run summary: one row per iteration, the SFT start against the end, and where
+the run's files are."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+COLUMNS = [
+    ("iteration", "iter", "{:d}"),
+    ("rollout/mean_reward", "reward", "{:.3f}"),
+    ("rollout/pass_rate", "train pass", "{:.3f}"),
+    ("heldout/pass_greedy", "held-out greedy", "{:.3f}"),
+    ("heldout/pass_sampled", "held-out sampled", "{:.3f}"),
+    ("rollout/per_s", "rollouts/s", "{:.0f}"),
+    ("time/sample_s", "gen s", "{:.1f}"),
+    ("time/run_rollouts_s", "exec s", "{:.1f}"),
+    ("time/update_policy_s", "update s", "{:.1f}"),
+    ("time/evaluate_s", "eval s", "{:.1f}"),
+    ("time/iteration_s", "iter s", "{:.1f}"),
+]
+
+
+def _fmt(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return fmt.format(int(value) if fmt == "{:d}" else value)
+
+
+def iteration_table(metrics: pd.DataFrame) -> str:
+    cols = [(k, h, f) for k, h, f in COLUMNS if k in metrics.columns]
+    rows = [[h for _, h, _ in cols]]
+    for _, m in metrics.sort_values("iteration").iterrows():
+        rows.append([_fmt(m[k], f) for k, _, f in cols])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def summary(result: dict, metrics: pd.DataFrame) -> str:
+    b, f = result["baseline"], result["final"]
+    fams = sorted({k.split("/")[1] for k in b if k.count("/") == 2})
+    out = [iteration_table(metrics), "",
+           f"held-out pass rate ({b['heldout/tasks']} tasks)   SFT start (v0)   after RL (v{result['iterations']})"]
+    out.append(f"  greedy                          {b['heldout/pass_greedy']:.3f}            {f['heldout/pass_greedy']:.3f}")
+    out.append(f"  sampled                         {b['heldout/pass_sampled']:.3f}            {f['heldout/pass_sampled']:.3f}")
+    for fam in fams:
+        out.append(f"  {fam:<12} greedy / sampled  {b[f'heldout/{fam}/pass_greedy']:.3f} / "
+                   f"{b[f'heldout/{fam}/pass_sampled']:.3f}    {f[f'heldout/{fam}/pass_greedy']:.3f} / "
+                   f"{f[f'heldout/{fam}/pass_sampled']:.3f}")
+    return "\n".join(out)

@@ -1,0 +1,66 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from flows.config import ConfigError, RunConfig, load_config, parse_override
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_default_config_file_validates_and_matches_the_documented_defaults():
+    cfg = load_config()
+    assert cfg.sandbox.backend == "process"
+    assert cfg.run_dir.endswith(cfg.run_id)
+
+
+def test_override_sets_a_nested_field_with_a_yaml_value():
+    cfg = load_config(None, ["rl.lr=1e-4", "tasks.families=[add, mul]", "run_id=x1"])
+    assert cfg.rl.lr == 1e-4 and cfg.tasks.families == ["add", "mul"] and cfg.run_id == "x1"
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("sandbox.backend=vm", "sandbox.backend"),
+    ("rl.lr=-1", "rl.lr"),
+    ("rl.nope=1", "rl.nope"),
+    ("tasks.families=[add, bogus]", "bogus"),
+    ("policy.n_head=5", "n_head"),
+])
+def test_invalid_values_name_the_field(override, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [override])
+    assert needle in str(err.value)
+
+
+def test_literal_error_lists_the_allowed_values():
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["sandbox.backend=vm"])
+    assert "'process'" in str(err.value) and "'docker'" in str(err.value)
+
+
+def test_override_without_equals_is_refused():
+    with pytest.raises(ConfigError):
+        parse_override("rl.lr")
+
+
+def test_config_hash_ignores_where_the_run_writes():
+    a = RunConfig(out_dir="a")
+    b = RunConfig(out_dir="b")
+    c = RunConfig(rl={"lr": 1e-5})
+    assert a.hash() == b.hash() != c.hash()
+
+
+def test_cli_bad_value_exits_2_and_writes_nothing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--set", f"out_dir={tmp_path}",
+         "--set", "sampling.temperature=0"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "sampling.temperature" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_missing_config_file_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--config",
+                           str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "does not exist" in proc.stderr

@@ -1,0 +1,43 @@
+"""Token batches for training: prompt + completion, right-padded, with a mask over the completion."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor  # [B, T]
+    attention_mask: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T-1] 1 where target token t+1 is a completion token
+    targets: torch.Tensor  # [B, T-1] input_ids shifted left
+
+
+def make_batch(prompts: list[list[int]], completions: list[list[int]], pad: int,
+               max_len: int | None = None) -> TokenBatch:
+    seqs, masks = [], []
+    for p, c in zip(prompts, completions):
+        s = p + c
+        m = [0] * len(p) + [1] * len(c)
+        if max_len is not None and len(s) > max_len:
+            s, m = s[:max_len], m[:max_len]
+        seqs.append(s)
+        masks.append(m)
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    lm = torch.zeros((len(seqs), width), dtype=torch.float32)
+    for i, (s, m) in enumerate(zip(seqs, masks)):
+        ids[i, : len(s)] = torch.tensor(s)
+        attn[i, : len(s)] = 1
+        lm[i, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    return TokenBatch(ids, attn, lm[:, 1:], ids[:, 1:])
+
+
+def token_logprobs(model, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
+    """log p(target_t | prefix) for every position: [B, T-1]."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logits = logits[:, :-1].float() / temperature
+    return torch.gather(F.log_softmax(logits, -1), -1, batch.targets.unsqueeze(-1)).squeeze(-1)

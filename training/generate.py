@@ -1,0 +1,104 @@
+"""Batched sampling with a KV cache, returning token ids and the sampling policy's log-probs."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from training.tokenizer import ByteTokenizer
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt_ids: list[int]
+    completion_ids: list[int]  # includes the EOS token when the policy emitted it
+    logprobs: list[float]  # log-prob of each completion token under the sampling distribution
+    text: str  # decoded completion, without EOS
+    finished: bool  # EOS emitted before max_new_tokens
+
+
+def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s):] = torch.tensor(s)
+        mask[i, width - len(s):] = 1
+    return ids, mask
+
+
+def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    if top_p >= 1.0:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True)
+    cum = sorted_logits.softmax(-1).cumsum(-1)
+    drop = cum - sorted_logits.softmax(-1) > top_p  # keep the smallest set whose mass reaches top_p
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
+
+
+@torch.no_grad()
+def sample(model, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
+           top_p: float = 1.0, greedy: bool = False, batch_size: int = 64,
+           generator: torch.Generator | None = None, use_cache: bool = True) -> list[Sample]:
+    """Sample one completion per prompt. Log-probs are of `softmax(logits / temperature)`, the
+    distribution the RL loss recomputes; top-p only restricts which tokens can be drawn."""
+    tok = ByteTokenizer()
+    was_training = model.training
+    model.eval()
+    out: list[Sample] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = [tok.encode(p) for p in prompts[start:start + batch_size]]
+        out.extend(_sample_batch(model, chunk, max_new_tokens, temperature, top_p, greedy,
+                                 generator, use_cache, tok))
+    model.train(was_training)
+    return out
+
+
+def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, generator,
+                  use_cache, tok) -> list[Sample]:
+    device = next(model.parameters()).device
+    ids, mask = _left_pad(prompt_ids, tok.pad_token_id)
+    ids, mask = ids.to(device), mask.to(device)
+    B = ids.shape[0]
+    new_tokens = torch.full((B, max_new_tokens), tok.pad_token_id, dtype=torch.long, device=device)
+    new_logps = torch.zeros((B, max_new_tokens), device=device)
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    past, inp, steps = None, ids, 0
+    for t in range(max_new_tokens):
+        if use_cache:
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, -inp.shape[1]:]
+            res = model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=past,
+                        use_cache=True)
+            past = res.past_key_values
+        else:
+            full = torch.cat([ids, new_tokens[:, :t]], dim=1)
+            pos = (mask.cumsum(-1) - 1).clamp(min=0)
+            res = model(input_ids=full, attention_mask=mask, position_ids=pos, use_cache=False)
+        logits = res.logits[:, -1].float() / temperature  # [B, V]
+        logits[:, tok.pad_token_id] = float("-inf")
+        logits[:, tok.bos_token_id] = float("-inf")
+        logp_all = logits.log_softmax(-1)
+        if greedy:
+            nxt = logits.argmax(-1)
+        else:
+            probs = _filter_top_p(logits, top_p).softmax(-1)
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
+        new_tokens[:, t] = nxt
+        new_logps[:, t] = torch.where(done, 0.0, logp_all.gather(-1, nxt[:, None]).squeeze(-1))
+        done = done | (nxt == tok.eos_token_id)
+        steps = t + 1
+        mask = torch.cat([mask, (~done | (nxt == tok.eos_token_id)).long()[:, None]], dim=1)
+        inp = nxt[:, None]
+        if bool(done.all()):
+            break
+    samples = []
+    for i in range(B):
+        toks = new_tokens[i, :steps].tolist()
+        n = toks.index(tok.eos_token_id) + 1 if tok.eos_token_id in toks else len(toks)
+        toks = toks[:n]
+        samples.append(Sample(prompt_ids[i], toks, new_logps[i, :n].tolist(),
+                              tok.decode(toks), tok.eos_token_id in toks))
+    return samples
