@@ -5,7 +5,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -31,6 +31,16 @@ class TaskConfig(BaseModel):
     tasks_per_iteration: int = Field(32, ge=1, description="training tasks sampled per iteration")
     heldout_samples: int = Field(4, ge=1, description="sampled completions per held-out task at eval")
     seed: int = 0
+    sampler: Literal["curriculum", "uniform"] = Field(
+        "curriculum", description="curriculum: tasks weighted by the chance their group is "
+        "informative, from this run's difficulty ledger (tasks/curriculum.py); uniform: every "
+        "training task equally likely (the baseline)")
+    dynamic_sampling: bool = Field(
+        True, description="DAPO (Yu et al. 2025, arXiv:2503.14476): leave groups whose G rewards "
+        "are all equal (zero advantage) out of the update; their rows stay in the store")
+    refill_rounds: int = Field(
+        1, ge=0, description="extra sample-and-execute rounds per iteration that replace the "
+        "groups dynamic sampling dropped with fresh tasks (0: never refill)")
 
 
 class ClusterConfig(BaseModel):
