@@ -52,7 +52,8 @@ _CLIENT_LOCK = threading.Lock()
 
 
 def dask_client(address: str | None, n_workers: int, threads_per_worker: int):
-    """A Dask client for `address`, or for a LocalCluster started once per process."""
+    """A Dask client for `address`, or for a LocalCluster started once per process (on
+    loopback, dashboard on a free loopback port)."""
     from distributed import Client, LocalCluster
 
     key = address or f"local:{n_workers}x{threads_per_worker}"
@@ -72,6 +73,33 @@ def dask_client(address: str | None, n_workers: int, threads_per_worker: int):
         return client
 
 
+def cluster_description(client) -> str:
+    """One line for the logs: scheduler, workers x threads, and the dashboard link."""
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    threads = sum(w.get("nthreads", 0) for w in workers.values())
+    link = client.dashboard_link or "(no dashboard)"
+    return (f"Dask scheduler {client.scheduler.address}: {len(workers)} workers, {threads} "
+            f"threads; dashboard {link}")
+
+
+def total_threads(client) -> int:
+    return sum(client.nthreads().values())
+
+
+def queue_snapshot(client) -> dict:
+    """The scheduler's queue lengths now: tasks queued (not yet sent to a worker), processing
+    (sent to a worker, running or waiting there), unrunnable (no worker can take them)."""
+
+    def snap(dask_scheduler):  # nested: pickled by value, so the scheduler needs no rollforge
+        s = dask_scheduler
+        return {"queued": len(s.queued), "unrunnable": len(s.unrunnable),
+                "processing": sum(len(ws.processing) for ws in s.workers.values()),
+                "workers": len(s.workers), "threads": s.total_nthreads}
+
+    return client.run_on_scheduler(snap)
+
+
 def close_clients() -> None:
     with _CLIENT_LOCK:
         for c in _CLIENTS.values():
@@ -82,11 +110,35 @@ def close_clients() -> None:
         _CLUSTERS.clear()
 
 
+class ShardTimeout(TimeoutError):
+    """A shard's executions did not all finish within its deadline (a hung worker or sandbox)."""
+
+
 def execute_many(client, items: list[tuple[Task, str]], sandbox_cfg: SandboxConfig,
-                 reward_cfg: RewardConfig) -> list[Executed]:
-    """Fan `items` out over the cluster (one Dask task each) and gather them in order."""
+                 reward_cfg: RewardConfig, timeout_s: float | None = None) -> list[Executed]:
+    """Fan `items` out over the cluster (one Dask task each) and gather them in order.
+
+    A worker that dies mid-shard costs nothing but time: the scheduler hands its tasks to
+    another worker. Waiting is bounded by `timeout_s`: past it the shard's tasks are
+    cancelled and `ShardTimeout` is raised (the Prefect stage then retries it)."""
+    from distributed import wait
+
     if not items:
         return []
     futures = client.map(execute_one, [t for t, _ in items], [c for _, c in items],
                          sandbox_cfg=sandbox_cfg, reward_cfg=reward_cfg, pure=False)
+    try:
+        wait(futures, timeout=timeout_s)
+    except TimeoutError:
+        done = sum(f.done() for f in futures)
+        client.cancel(futures)
+        raise ShardTimeout(f"{len(items) - done} of {len(items)} executions unfinished after "
+                           f"{timeout_s:.0f}s") from None
     return client.gather(futures)
+
+
+def shard_deadline_s(n_items: int, sandbox_cfg: SandboxConfig, threads: int) -> float:
+    """How long a shard may take before it counts as hung: every execution hitting its own
+    sandbox limit, one after another on the threads there are, twice over, plus a minute."""
+    waves = -(-n_items // max(1, threads))
+    return 60.0 + 2.0 * waves * (sandbox_cfg.timeout_s + 5.0)

@@ -1,18 +1,24 @@
 """Plain stage logic the flow's Prefect tasks call: no Prefect here, so tests can call it directly."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import math
-import random
+import os
+import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import torch
 
 from flows.config import RunConfig, TaskConfig
 from flows.rollouts import Executed
 from rewards.aggregate import group_advantages
 from storage.schema import SCHEMA_VERSION  # noqa: F401  (rows are stamped by the store)
+from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
+                              informative_groups, sample_batch)
 from tasks.procedural import generate_suite
 from tasks.record import Task
 from training.generate import Sample
@@ -36,20 +42,46 @@ def task_pool(cfg: TaskConfig) -> list[Task]:
                           cfg.seed, cfg.heldout_fraction)
 
 
-def pick_training_tasks(cfg: TaskConfig, iteration: int, seed: int) -> list[Task]:
-    """A seeded sample of the training split for one iteration, stratified by family."""
-    train = [t for t in task_pool(cfg) if t.split == "train"]
-    if not train:
+def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
+    """The sampler's settings: its defaults, the run's switch and the run's group size."""
+    return CurriculumConfig(strategy=cfg.tasks.sampler, group_size=cfg.sampling.group_size)
+
+
+def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
+    """The difficulty ledger of this run from its stored trajectories of earlier iterations
+    (dropped groups included: they say which tasks are always or never solved)."""
+    from storage import trajectories  # noqa: PLC0415
+
+    frames = []
+    for it in trajectories.iterations_written(run_dir):
+        if it < before_iteration:
+            table = trajectories.open_dataset(run_dir, it).to_table(columns=list(TRAJECTORY_COLUMNS))
+            frames.append(table.to_pandas())
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        {c: pd.Series(dtype=object) for c in TRAJECTORY_COLUMNS})
+    return DifficultyLedger.from_trajectories(rows).to_frame()
+
+
+def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.DataFrame,
+               exclude: list[str]) -> list[Task]:
+    """`n` distinct training tasks for round `round_` of `iteration` (round 0: the batch; later
+    rounds refill dropped groups), drawn by the curriculum sampler from the ledger, never one
+    in `exclude`. Seeded by (run seed, iteration, round), so a resumed run draws the same."""
+    ccfg = curriculum_config(cfg)
+    pool = task_pool(cfg.tasks)
+    if not any(t.split == "train" for t in pool):
         raise ValueError("the task pool has no training tasks; raise tasks.tasks_per_family")
-    rng = random.Random(f"{seed}:{iteration}")
-    by_family: dict[str, list[Task]] = {}
-    for t in train:
-        by_family.setdefault(t.family, []).append(t)
-    fams = sorted(by_family)
-    picked = []
-    for i in range(cfg.tasks_per_iteration):
-        picked.append(rng.choice(by_family[fams[i % len(fams)]]))
-    return picked
+    seed = int(hashlib.sha256(f"{cfg.seed}:{iteration}:{round_}:tasks".encode()).hexdigest()[:12], 16)
+    return sample_batch(pool, DifficultyLedger.from_frame(ledger, ccfg), n,
+                        np.random.default_rng(seed), ccfg, exclude=exclude)
+
+
+def informative_row_mask(rows: list[dict]) -> np.ndarray:
+    """Per row: whether its group's scored rewards are not all equal (DAPO keeps these)."""
+    if not rows:
+        return np.zeros(0, dtype=bool)
+    return informative_groups(np.array([r["reward"] for r in rows], dtype=np.float64),
+                              np.array([r["group_id"] for r in rows]))
 
 
 def heldout_tasks(cfg: TaskConfig) -> list[Task]:
@@ -64,8 +96,9 @@ def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
 
 def build_rows(cfg: RunConfig, iteration: int, version: int, tasks: list[Task],
                samples: list[Sample], executed: list[Executed], gen_time_s: float,
-               config_hash: str) -> list[dict]:
-    """One trajectory row per rollout, with GRPO advantages computed over each task's group."""
+               config_hash: str, group_offset: int = 0) -> list[dict]:
+    """One trajectory row per rollout, with GRPO advantages computed over each task's group.
+    Groups are numbered from `group_offset` (refill rounds continue the iteration's count)."""
     G = cfg.sampling.group_size
     rewards = np.array([e.breakdown.reward for e in executed], dtype=np.float64)
     groups = np.array([i // G for i in range(len(executed))])
@@ -78,7 +111,7 @@ def build_rows(cfg: RunConfig, iteration: int, version: int, tasks: list[Task],
         rows.append({
             "run_id": cfg.run_id, "iteration": iteration, "policy_version": version,
             "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
-            "split": t.split, "sample_index": i % G, "group_id": f"{iteration}:{i // G}",
+            "split": t.split, "sample_index": i % G, "group_id": f"{iteration}:{group_offset + i // G}",
             "prompt": t.prompt, "completion": s.text, "prompt_token_ids": s.prompt_ids,
             "completion_token_ids": s.completion_ids, "sampling_logprobs": s.logprobs,
             "reward": b.reward, "reward_components": b.components(), "advantage": float(adv[i]),
@@ -120,3 +153,84 @@ def pass_rates(tasks: list[Task], executed: list[Executed], k: int) -> dict:
         out.setdefault("all", []).append(e.breakdown.solved)
         out.setdefault(t.family, []).append(e.breakdown.solved)
     return {name: float(np.mean(v)) for name, v in out.items()}
+
+
+# -- cache keys ---------------------------------------------------------------------------
+def _canonical(obj):
+    """A JSON-able form of a stage input that is the same in every process (no set order, no
+    object ids): dataclasses and pydantic models by their fields, frames by their values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [type(obj).__name__, {f.name: _canonical(getattr(obj, f.name))
+                                     for f in dataclasses.fields(obj)}]
+    if hasattr(obj, "model_dump"):
+        return _canonical(obj.model_dump(mode="json"))
+    if isinstance(obj, pd.DataFrame):
+        return [list(map(str, obj.columns)),
+                pd.util.hash_pandas_object(obj.astype(str), index=False).tolist()]
+    if isinstance(obj, dict):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    if isinstance(obj, (set, frozenset)):
+        return sorted(_canonical(v) for v in obj)
+    if isinstance(obj, float) and math.isnan(obj):
+        return "NaN"
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if isinstance(obj, bytes):
+        return hashlib.sha256(obj).hexdigest()
+    return repr(obj)
+
+
+def inputs_digest(*inputs) -> str:
+    """Content hash of a stage's inputs: part of its cache key, so a stage handed different
+    inputs (another batch, other completions) never reuses a stored result."""
+    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+# -- the stage journal ----------------------------------------------------------------------
+JOURNAL = "stages.jsonl"
+
+
+def journal(run_dir: str, stage: str, event: str, **fields) -> None:
+    """Append one line to `<run_dir>/stages.jsonl`: which process ran (not reused from the
+    cache) which stage, when, and how long. One `write` of a short line in append mode, so
+    lines of concurrent shards never interleave. It is how an operator (and a test) sees that
+    a resumed run skipped what had finished."""
+    rec = {"t": round(time.time(), 3), "pid": os.getpid(), "stage": stage, "event": event, **fields}
+    line = (json.dumps(rec, default=str) + "\n").encode()
+    path = os.path.join(run_dir, JOURNAL)
+    os.makedirs(run_dir, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def read_journal(run_dir: str) -> list[dict]:
+    path = os.path.join(run_dir, JOURNAL)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+# -- observability ----------------------------------------------------------------------------
+def execution_metrics(executed: list[Executed], wall_s: float, threads: int,
+                      queue_samples: list[dict]) -> dict:
+    """Throughput and load of a rollout stage: rollouts/s, sandbox utilisation (busy sandbox
+    seconds over the slots the cluster offered) and the scheduler's queue lengths."""
+    busy = sum(e.score_time_s for e in executed)
+    out = {"rollout/per_s": len(executed) / max(1e-9, wall_s),
+           "cluster/threads": threads,
+           "sandbox/busy_s": busy,
+           "sandbox/utilisation": busy / max(1e-9, wall_s * max(1, threads))}
+    if queue_samples:
+        for key in ("queued", "processing", "unrunnable"):
+            vals = [q[key] for q in queue_samples]
+            out[f"cluster/{key}_max"] = max(vals)
+            out[f"cluster/{key}_mean"] = float(np.mean(vals))
+        out["cluster/workers_min"] = min(q["workers"] for q in queue_samples)
+    return out

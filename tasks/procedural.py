@@ -67,7 +67,10 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     rng = random.Random(f"{seed}:{h}")
     cases = _draw_cases(family, params, difficulty, n_tests, rng)
     example, hidden = cases[0], tuple(cases[1:])
-    fname = f"{family.name}_{h[:4]}"
+    # Every task of a family has the same signature: the task is told apart by its docstring
+    # alone, so a policy must read the constants there (a per-task name would let a small model
+    # memorise name -> body and learn nothing that transfers to held-out tasks).
+    fname = family.name
     call = ", ".join(repr(a) for a in example.args)
     prompt = (f"def {fname}({family.arg}):\n"
               f'    """{family.sentence(params)}\n'

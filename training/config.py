@@ -1,13 +1,19 @@
-"""The policy and its training: model shape, sampling, SFT warm start, RL update, DeepSpeed."""
+"""The policy and its training: model shape, sampling, SFT warm start, RL update, DeepSpeed.
+
+Every field added after the first loop is opt-in: its default reproduces the loop's original
+numerics exactly (byte-level GPT-2, GRPO, `seq_mean`, the inherited learning rate).
+"""
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class PolicyConfig(BaseModel):
-    """The default policy is a small GPT-2-shaped causal LM over bytes, built from a config."""
+    """The default policy is a small GPT-2-shaped causal LM over bytes, built from a config.
+    With `model_path` set, any local Hugging Face causal LM (and its tokenizer) is used instead,
+    and the shape fields (n_layer, n_embd, n_head) are ignored."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -16,6 +22,13 @@ class PolicyConfig(BaseModel):
     n_head: int = Field(6, ge=1, description="attention heads (must divide n_embd)")
     max_len: int = Field(320, ge=32, description="longest prompt + completion, in tokens")
     seed: int = Field(0, description="initial weights")
+    model_path: str | None = Field(
+        None, description="local Hugging Face model directory (AutoModelForCausalLM + its "
+        "tokenizer), or a .gguf file (loaded through transformers' `gguf_file`); None: the tiny "
+        "byte-level GPT-2 built from the fields above. Never downloaded: local files only.")
+    chat_template: bool = Field(
+        True, description="wrap prompts in the tokenizer's chat template (one user turn plus the "
+        "generation prompt) when the tokenizer has one; the byte tokenizer has none")
 
 
 class SamplingConfig(BaseModel):
@@ -26,6 +39,8 @@ class SamplingConfig(BaseModel):
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass")
     max_new_tokens: int = Field(48, ge=1, description="longest completion, in tokens")
     batch_size: int = Field(64, ge=1, description="sequences generated together")
+    stop: list[str] = Field(default_factory=list, description="stop sequences: a completion ends "
+                            "at the token that completes one (its text is cut before it)")
 
 
 class SFTConfig(BaseModel):
@@ -37,6 +52,9 @@ class SFTConfig(BaseModel):
     batch_size: int = Field(32, ge=1)
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(50, ge=0)
+    save_every: int = Field(0, ge=0, description="save resumable engine state (model, optimizer, "
+                            "scheduler, RNG) every N steps, so a crashed warm start resumes at the "
+                            "last save with the same next step; 0: never")
 
 
 class RLConfig(BaseModel):
@@ -44,12 +62,48 @@ class RLConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    algorithm: Literal["grpo"] = "grpo"
-    lr: float = Field(3e-4, gt=0, description="learning rate of the RL update")
+    algorithm: Literal["grpo", "ppo", "rloo"] = Field(
+        "grpo", description="grpo: the advantages given with the samples (group-normalised by the "
+        "flow) in the clipped surrogate; ppo: the clipped surrogate with per-token advantages "
+        "where the samples carry them, and dual clip (Ye et al. 2020) if set; rloo: advantages "
+        "recomputed from the samples' rewards with a leave-one-out group baseline (Ahmadian et al. "
+        "2024), then the clipped surrogate")
+    lr: float = Field(3e-4, gt=0, description="learning rate of the RL update (see lr_schedule)")
+    lr_schedule: Literal["inherit", "constant"] = Field(
+        "inherit", description="inherit: the optimizer's learning rate is restored with its state "
+        "from the checkpoint being updated, so after SFT the RL steps run at the warm start's final "
+        "lr and `lr` is not used (the original loop's behaviour); constant: `lr` for every RL step")
     epochs: int = Field(2, ge=1, description="passes over each iteration's rollouts")
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="token budget of a micro-batch (rows x longest row, padding "
+        "included); sequences are packed longest-first and each micro-batch is weighted so the "
+        "step equals the full-batch mean. None: micro_batch_size sequences per micro-batch, each "
+        "micro-batch's mean weighted equally (one process) or exactly (several processes)")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio")
+    clip_eps_high: float | None = Field(
+        None, gt=0, description="upper clip range (DAPO's clip-higher, Yu et al. 2025); None: clip_eps")
+    dual_clip: float | None = Field(
+        None, gt=1, description="ppo only: bound -c*A on the loss of negative-advantage tokens "
+        "(dual-clip PPO, Ye et al. 2020); None: off")
+    loss_aggregation: Literal["seq_mean", "token_mean", "seq_sum_norm"] = Field(
+        "seq_mean", description="seq_mean: mean over each sequence's tokens, then over sequences "
+        "(GRPO paper); token_mean: one mean over all tokens (DAPO); seq_sum_norm: each sequence's "
+        "token sum over a constant (policy.max_len), then the mean over sequences (Dr.GRPO, "
+        "Liu et al. 2025: no length normalisation per sequence)")
+    kl_coef: float = Field(0.0, ge=0, description="beta of a KL penalty to the frozen reference "
+                           "policy (checkpoint version 0, the SFT start); 0: off, none loaded")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="per-token KL estimator (Schulman 2020): k1 = log r, k2 = (log r)^2/2, "
+        "k3 = r - 1 - log r with r = p_ref/p (unbiased, non-negative; GRPO paper)")
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
     scale_advantages: bool = Field(True, description="divide by group std (GRPO); False: Dr.GRPO")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RLConfig":
+        if self.dual_clip is not None and self.algorithm != "ppo":
+            raise ValueError(f"rl.dual_clip={self.dual_clip} applies to rl.algorithm='ppo' only "
+                             f"(got algorithm={self.algorithm!r})")
+        return self

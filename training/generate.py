@@ -2,20 +2,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
-from training.tokenizer import ByteTokenizer
+from training.policy import tokenizer_of
 
 
 @dataclass(frozen=True)
 class Sample:
     prompt_ids: list[int]
-    completion_ids: list[int]  # includes the EOS token when the policy emitted it
+    completion_ids: list[int]  # includes the EOS token (or the stop sequence's tokens) when emitted
     logprobs: list[float]  # log-prob of each completion token under the sampling distribution
-    text: str  # decoded completion, without EOS
-    finished: bool  # EOS emitted before max_new_tokens
+    text: str  # decoded completion, without EOS and cut before a stop sequence
+    finished: bool  # EOS or a stop sequence emitted before max_new_tokens
 
 
 def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,23 +41,39 @@ def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 @torch.no_grad()
 def sample(model, prompts: list[str], max_new_tokens: int, temperature: float = 1.0,
            top_p: float = 1.0, greedy: bool = False, batch_size: int = 64,
-           generator: torch.Generator | None = None, use_cache: bool = True) -> list[Sample]:
+           generator: torch.Generator | None = None, use_cache: bool = True,
+           stop: Sequence[str] = (), tokenizer=None) -> list[Sample]:
     """Sample one completion per prompt. Log-probs are of `softmax(logits / temperature)`, the
-    distribution the RL loss recomputes; top-p only restricts which tokens can be drawn."""
-    tok = ByteTokenizer()
+    distribution the RL loss recomputes; top-p only restricts which tokens can be drawn.
+
+    Prompts go through the policy's tokenizer (`encode_prompt`: its chat template, if it has one
+    and the policy was configured to use it). A completion ends at EOS, at the token that
+    completes one of the `stop` strings, or after `max_new_tokens`.
+    """
+    tok = tokenizer or tokenizer_of(model)
     was_training = model.training
     model.eval()
     out: list[Sample] = []
     for start in range(0, len(prompts), batch_size):
-        chunk = [tok.encode(p) for p in prompts[start:start + batch_size]]
+        chunk = [tok.encode_prompt(p) for p in prompts[start:start + batch_size]]
         out.extend(_sample_batch(model, chunk, max_new_tokens, temperature, top_p, greedy,
-                                 generator, use_cache, tok))
+                                 generator, use_cache, tok, tuple(stop)))
     model.train(was_training)
     return out
 
 
+def _stop_hit(tok, tokens: list[int], stop: tuple[str, ...]) -> bool:
+    text = tok.decode([t for t in tokens if t != tok.eos_token_id])
+    return any(s in text for s in stop)
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    cuts = [text.find(s) for s in stop if s in text]
+    return text[:min(cuts)] if cuts else text
+
+
 def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, generator,
-                  use_cache, tok) -> list[Sample]:
+                  use_cache, tok, stop=()) -> list[Sample]:
     device = next(model.parameters()).device
     ids, mask = _left_pad(prompt_ids, tok.pad_token_id)
     ids, mask = ids.to(device), mask.to(device)
@@ -65,6 +81,8 @@ def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy,
     new_tokens = torch.full((B, max_new_tokens), tok.pad_token_id, dtype=torch.long, device=device)
     new_logps = torch.zeros((B, max_new_tokens), device=device)
     done = torch.zeros(B, dtype=torch.bool, device=device)
+    stopped = [False] * B
+    banned = tok.banned_ids
     past, inp, steps = None, ids, 0
     for t in range(max_new_tokens):
         if use_cache:
@@ -77,8 +95,7 @@ def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy,
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
             res = model(input_ids=full, attention_mask=mask, position_ids=pos, use_cache=False)
         logits = res.logits[:, -1].float() / temperature  # [B, V]
-        logits[:, tok.pad_token_id] = float("-inf")
-        logits[:, tok.bos_token_id] = float("-inf")
+        logits[:, banned] = float("-inf")
         logp_all = logits.log_softmax(-1)
         if greedy:
             nxt = logits.argmax(-1)
@@ -88,15 +105,27 @@ def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy,
         nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
         new_tokens[:, t] = nxt
         new_logps[:, t] = torch.where(done, 0.0, logp_all.gather(-1, nxt[:, None]).squeeze(-1))
-        done = done | (nxt == tok.eos_token_id)
+        ends = (nxt == tok.eos_token_id) & ~done  # pad may equal EOS for HF tokenizers
+        if stop:
+            for i in range(B):
+                if not done[i] and not ends[i] and _stop_hit(tok, new_tokens[i, :t + 1].tolist(), stop):
+                    stopped[i] = True
+                    ends[i] = True
+        done = done | ends
         steps = t + 1
-        mask = torch.cat([mask, (~done | (nxt == tok.eos_token_id)).long()[:, None]], dim=1)
+        mask = torch.cat([mask, (~done | ends).long()[:, None]], dim=1)
         inp = nxt[:, None]
         if bool(done.all()):
             break
     samples = []
     for i in range(B):
         toks = new_tokens[i, :steps].tolist()
+        if stopped[i]:  # the token that completed the stop string is the last one
+            n = next(k + 1 for k in range(len(toks)) if _stop_hit(tok, toks[:k + 1], stop))
+            toks = toks[:n]
+            samples.append(Sample(prompt_ids[i], toks, new_logps[i, :n].tolist(),
+                                  _cut_at_stop(tok.decode(toks), stop), True))
+            continue
         n = toks.index(tok.eos_token_id) + 1 if tok.eos_token_id in toks else len(toks)
         toks = toks[:n]
         samples.append(Sample(prompt_ids[i], toks, new_logps[i, :n].tolist(),

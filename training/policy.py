@@ -1,15 +1,37 @@
-"""The policy: a Hugging Face causal LM (a tiny byte-level GPT-2 by default), saved and loaded
-as a plain Hugging Face model directory."""
+"""The policy: a Hugging Face causal LM (a tiny byte-level GPT-2 by default, or any local model
+directory or GGUF file named by `policy.model_path`), saved and loaded as a plain Hugging Face
+model directory with its tokenizer. The tokenizer rides on the model as `rollforge_tokenizer`,
+so whoever holds the model (the sampler, the trainer) encodes the same way."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from training.config import PolicyConfig
-from training.tokenizer import ByteTokenizer
+from training.tokenizer import ByteTokenizer, load_tokenizer, save_tokenizer
+
+TOKENIZER_ATTR = "rollforge_tokenizer"
+
+
+def tokenizer_of(model):
+    """The tokenizer attached to a policy (the byte tokenizer for models built elsewhere)."""
+    module = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
+    return getattr(module, TOKENIZER_ATTR, None) or ByteTokenizer()
+
+
+def _split_gguf(path: str) -> tuple[str, str | None]:
+    p = Path(path)
+    if p.suffix == ".gguf":
+        return str(p.parent), p.name
+    return str(p), None
 
 
 def build_policy(cfg: PolicyConfig) -> PreTrainedModel:
+    """A fresh byte-level GPT-2 from the config, or the local model at `cfg.model_path`."""
+    if cfg.model_path:
+        return load_pretrained(cfg.model_path, cfg.chat_template)
     if cfg.n_embd % cfg.n_head:
         raise ValueError(f"policy.n_embd={cfg.n_embd} must be divisible by policy.n_head={cfg.n_head}")
     tok = ByteTokenizer()
@@ -19,12 +41,36 @@ def build_policy(cfg: PolicyConfig) -> PreTrainedModel:
         n_head=cfg.n_head, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
     )
-    return GPT2LMHeadModel(config)
+    model = GPT2LMHeadModel(config)
+    setattr(model, TOKENIZER_ATTR, tok)
+    return model
+
+
+def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedModel:
+    """Any local causal LM: a Hugging Face directory, or a .gguf file (dequantised by
+    transformers into a float model). Nothing is downloaded."""
+    if not Path(model_path).exists():
+        raise FileNotFoundError(f"policy.model_path={model_path!r} does not exist (expected a local "
+                                "Hugging Face model directory or a .gguf file)")
+    folder, gguf = _split_gguf(model_path)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
+    tok = load_tokenizer(folder, gguf_file=gguf, chat_template=chat_template)
+    if tok.kind == "byte" and model.config.vocab_size < ByteTokenizer.vocab_size:
+        raise ValueError(f"policy.model_path={model_path!r} has no tokenizer files and a vocabulary "
+                         f"of {model.config.vocab_size} < 259 (the byte tokenizer's)")
+    setattr(model, TOKENIZER_ATTR, tok)
+    return model
 
 
 def load_policy(path: str) -> PreTrainedModel:
-    return GPT2LMHeadModel.from_pretrained(path, local_files_only=True)
+    """A policy saved by `save_policy` (a checkpoint's `model/` folder)."""
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    setattr(model, TOKENIZER_ATTR, load_tokenizer(path))
+    return model
 
 
-def save_policy(model: PreTrainedModel, path: str) -> None:
-    model.save_pretrained(path, safe_serialization=True)
+def save_policy(model: PreTrainedModel, path: str, state_dict: dict | None = None) -> None:
+    """A plain Hugging Face model directory plus the policy's tokenizer."""
+    model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
+    save_tokenizer(tokenizer_of(model), path)

@@ -17,14 +17,15 @@ def _digest(tasks):
     return hashlib.sha256(json.dumps([t.model_dump(mode="json") for t in tasks]).encode()).hexdigest()
 
 
-def test_original_families_generate_exactly_what_they_did_before_the_split_into_modules():
-    # Digest of generate_suite(ORIGINAL, [1, 2], 8) computed with the pre-refactor generator
-    # (commit 48ed7d9); the tiny model of the default run is trained on exactly these tasks.
+def test_original_families_generate_exactly_the_pinned_tasks():
+    # Digest of generate_suite(ORIGINAL, [1, 2], 8) since function names became one per family;
+    # the tiny model of the default run is trained on exactly these tasks, so a change to the
+    # generator must be deliberate (update this digest in the same commit).
     tasks = generate_suite(ORIGINAL, [1, 2], 8)
     assert len(tasks) == 112
-    assert _digest(tasks) == "d6129d9325dc4aa9217dbffab6941a60473fcf62ce09d499e9055a587524ceb6"
+    assert _digest(tasks) == "38a46b6eb5951b8a7ab80f3361dcdd8c04a8b075e6cf615378890d356aac4622"
     add = next(t for t in tasks if t.task_id == "proc/add/017d07635c51")
-    assert add.prompt == ('def add_017d(x):\n    """Return x plus 2.\n    >>> add_017d(100)\n'
+    assert add.prompt == ('def add(x):\n    """Return x plus 2.\n    >>> add(100)\n'
                           '    102\n    """\n')
     assert add.reference == "    return x + 2\n" and add.split == "train"
 
