@@ -12,6 +12,8 @@ DEFAULTS = {
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # no tqdm bars for every checkpoint load/save
+    "DASK_LOGGING__DISTRIBUTED": "warning",  # cluster start/stop chatter
 }
 
 
