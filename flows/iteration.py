@@ -256,11 +256,13 @@ def _rollouts(cfg: RunConfig, it: int, v: int, rnd: int, items: list, opts: dict
     runner = run_rollouts.with_options(**opts)
     futures = [runner.submit(cfg, it, v, rnd, k, items[i:i + size], deadline)
                for k, i in enumerate(range(0, len(items), size))]
-    while wait_futures(futures, timeout=0.5).not_done:
+    while True:
         try:
             queue.append(queue_snapshot(client))
         except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
             pass
+        if not wait_futures(futures, timeout=0.5).not_done:
+            break
     return [e for f in futures for e in f.result()]
 
 

@@ -1,0 +1,111 @@
+"""`rollforge serve`: register the training and evaluation deployments with a Prefect server
+and run the flow runs it schedules (or that operators start from the UI), until stopped.
+
+Two deployments, both with typed parameters (the UI shows a form for them):
+  rollforge-train/train        config_file, run_id, iterations, overrides   (default: daily 02:00 UTC)
+  rollforge-evaluate/evaluate  run_dir, version                             (default: every 6 hours)
+Each flow run executes in its own subprocess of this process. The equivalent for Prefect
+work pools and workers is `deployments/prefect.yaml` (see deployments/OPERATORS.md).
+"""
+from __future__ import annotations
+
+import argparse
+
+DEFAULT_TRAIN_CRON = "0 2 * * *"
+DEFAULT_EVAL_CRON = "0 */6 * * *"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve", help="register the train/evaluate deployments with a Prefect server and run them",
+        description="Register the training deployment (rollforge-train/train) and the evaluation "
+        "deployment (rollforge-evaluate/evaluate) with the Prefect server at PREFECT_API_URL, "
+        "with schedules and typed parameters, then execute the runs the server hands out "
+        "(scheduled ones and those started from the UI or API) until Ctrl-C. Schedules stay "
+        "active when this process stops.",
+        epilog="example: PREFECT_API_URL=http://127.0.0.1:4200/api rollforge serve "
+        "--config configs/default.yaml --train-cron '0 2 * * *'")
+    p.add_argument("--config", default="configs/default.yaml", metavar="FILE",
+                   help="default config_file parameter of the training deployment "
+                   "(default: %(default)s)")
+    p.add_argument("--run-id", default=None,
+                   help="default run_id parameter (default: the config's run_id)")
+    g = p.add_argument_group("schedules (cron strings are in UTC)")
+    g.add_argument("--train-cron", default=DEFAULT_TRAIN_CRON,
+                   help="when the training deployment runs (default: %(default)r)")
+    g.add_argument("--train-interval", type=float, default=None, metavar="SECONDS",
+                   help="run training every SECONDS instead of on --train-cron")
+    g.add_argument("--eval-cron", default=DEFAULT_EVAL_CRON,
+                   help="when the evaluation deployment runs (default: %(default)r)")
+    g.add_argument("--eval-run-dir", default=None, metavar="DIR",
+                   help="default run_dir parameter of the evaluation deployment "
+                   "(default: <out_dir>/<run_id> of --config)")
+    g.add_argument("--no-schedules", action="store_true",
+                   help="register both deployments without schedules (runs only on demand)")
+    p.add_argument("--limit", type=int, default=1,
+                   help="flow runs executed at once by this process (default: %(default)s)")
+    p.add_argument("--register-only", action="store_true",
+                   help="register (or update) the deployments and exit without serving")
+    p.set_defaults(func=_serve)
+
+
+def build_deployments(args: argparse.Namespace) -> list:
+    """The two RunnerDeployments (not yet registered)."""
+    from prefect.types.entrypoint import EntrypointType
+
+    from flows.iteration import CODE_VERSION, evaluate_flow, resolve_config, train_flow
+
+    cfg = resolve_config(config_file=args.config, run_id=args.run_id)
+    train_params = {"config_file": args.config}
+    if args.run_id:
+        train_params["run_id"] = args.run_id
+    train_sched: dict = {}
+    eval_sched: dict = {}
+    if not args.no_schedules:
+        train_sched = ({"interval": args.train_interval} if args.train_interval
+                       else {"cron": args.train_cron})
+        eval_sched = {"cron": args.eval_cron}
+    common = dict(version=CODE_VERSION, tags=["rollforge"],
+                  entrypoint_type=EntrypointType.MODULE_PATH)
+    train = train_flow.to_deployment(
+        name="train", parameters=train_params, description=(
+            f"RL post-training run: SFT warm start, then GRPO iterations (config "
+            f"{args.config}); resumes a run whose folder holds finished iterations."),
+        **train_sched, **common)
+    evaluation = evaluate_flow.to_deployment(
+        name="evaluate", parameters={"run_dir": args.eval_run_dir or cfg.run_dir},
+        description="Held-out pass rates of a run's newest (or given) checkpoint.",
+        **eval_sched, **common)
+    return [train, evaluation]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from flows.cli import UsageError
+    from flows.env import apply_defaults
+
+    apply_defaults()
+    import os
+
+    if not os.environ.get("PREFECT_API_URL"):
+        raise UsageError("PREFECT_API_URL is not set: start a server (`rollforge server`) and "
+                         "export PREFECT_API_URL=http://127.0.0.1:4200/api first; deployments "
+                         "registered with a temporary API would vanish with it")
+    if args.limit < 1:
+        raise UsageError(f"--limit {args.limit}: expected at least 1")
+    if args.train_interval is not None and args.train_interval <= 0:
+        raise UsageError(f"--train-interval {args.train_interval}: expected seconds > 0")
+    from flows.config import ConfigError
+
+    try:
+        deployments = build_deployments(args)
+    except (ConfigError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.register_only:
+        for d in deployments:
+            d_id = d.apply()
+            print(f"registered {d.flow_name}/{d.name} ({d_id})")
+        return 0
+    from prefect import serve
+
+    serve(*deployments, pause_on_shutdown=False, limit=args.limit)
+    return 0

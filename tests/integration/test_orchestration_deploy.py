@@ -1,0 +1,128 @@
+"""Deployments on a real Prefect server: `rollforge server` on loopback (temporary
+PREFECT_HOME), `rollforge serve` registers the training and evaluation deployments, a run is
+triggered through the REST API with a typed parameter set, and it completes with its
+artifacts (metrics table, reward curve)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from storage.registry import finished_iterations
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+ROOT = Path(__file__).resolve().parents[2]
+ROLLFORGE = [sys.executable, "-m", "flows.cli"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _api(base: str, method: str, path: str, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return json.loads(resp.read() or b"null")
+
+
+def _wait(what: str, check, timeout_s: float, procs=()):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise AssertionError(f"{p.args[:4]} exited with {p.returncode} while waiting "
+                                     f"for {what}")
+        try:
+            out = check()
+            if out:
+                return out
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(1.0)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
+           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    log = open(home / "server.log", "w")
+    proc = subprocess.Popen([*ROLLFORGE, "server", "--port", str(port), "--no-ui"], cwd=ROOT,
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait("the Prefect server", lambda: _api(base, "GET", "/health"), 180, [proc])
+        yield base, env, home
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path):
+    base, env, home = server
+    serve_log = open(tmp_path / "serve.log", "w")
+    serve = subprocess.Popen([*ROLLFORGE, "serve", "--config", "configs/tiny.yaml"], cwd=ROOT,
+                             env=env, stdout=serve_log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        train = _wait("the train deployment", lambda: _api(
+            base, "GET", "/deployments/name/rollforge-train/train"), 120, [serve])
+        evaluation = _api(base, "GET", "/deployments/name/rollforge-evaluate/evaluate")
+        # typed parameters (the UI's form) and schedules are registered
+        props = train["parameter_openapi_schema"]["properties"]
+        assert {"config_file", "run_id", "iterations", "overrides"} <= set(props)
+        assert props["iterations"]["anyOf"][0]["type"] == "integer"
+        assert train["parameters"] == {"config_file": "configs/tiny.yaml"}
+        assert [s["schedule"]["cron"] for s in train["schedules"]] == ["0 2 * * *"]
+        assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == ["0 */6 * * *"]
+        assert set(evaluation["parameter_openapi_schema"]["properties"]) == {"run_dir", "version"}
+
+        out = tmp_path / "runs"
+        run = _api(base, "POST", f"/deployments/{train['id']}/create_flow_run", {
+            "parameters": {"config_file": "configs/tiny.yaml", "iterations": 1,
+                           "overrides": [f"out_dir={out}"]}})
+        state = _wait("the triggered run to finish", lambda: (
+            s := _api(base, "GET", f"/flow_runs/{run['id']}")["state"]["type"]) in (
+            "COMPLETED", "FAILED", "CRASHED", "CANCELLED") and s, 300, [serve])
+        assert state == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
+        assert finished_iterations(str(out / "tiny")) == [0]
+
+        arts = _api(base, "POST", "/artifacts/filter",
+                    {"flow_runs": {"id": {"any_": [run["id"]]}}})
+        by_key = {a["key"]: a for a in arts}
+        table = by_key["rollforge-tiny-metrics"]
+        assert table["type"] == "table"
+        rows = json.loads(table["data"]) if isinstance(table["data"], str) else table["data"]
+        assert [r["iteration"] for r in rows] == [0]
+        assert -1.0 <= rows[0]["reward"] <= 1.0
+        curve = by_key["rollforge-tiny-reward-curve"]
+        assert curve["type"] == "markdown" and "data:image/png;base64," in curve["data"]
+        link = by_key["rollforge-tiny-reward-curve-file"]
+        assert (out / "tiny" / "plots" / "reward_curve.png").is_file()
+        assert "reward_curve.png" in link["data"]
+    finally:
+        _stop(serve)
+        serve_log.close()
