@@ -14,6 +14,12 @@ class TokenBatch:
     loss_mask: torch.Tensor  # [B, T-1] 1 where target token t+1 is a completion token
     targets: torch.Tensor  # [B, T-1] input_ids shifted left
 
+    def to(self, device) -> "TokenBatch":
+        """Move every tensor to `device` (in place; returns self)."""
+        for name in ("input_ids", "attention_mask", "loss_mask", "targets"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
 
 def make_batch(prompts: list[list[int]], completions: list[list[int]], pad: int,
                max_len: int | None = None) -> TokenBatch:

@@ -38,15 +38,71 @@ def exists(run_dir: str, version: int) -> bool:
     return (checkpoint_dir(run_dir, version) / "meta.json").is_file()
 
 
-def prune(run_dir: str, keep_last: int, keep: set[int] = frozenset()) -> list[int]:
-    """Delete all but the newest `keep_last` versions (and those in `keep`); returns deleted."""
+def prune(run_dir: str, keep_last: int, keep: set[int] = frozenset(),
+          best_metric: str | None = None, mode: str = "max") -> list[int]:
+    """Delete all but the newest `keep_last` versions (and those in `keep`, and the best by
+    `best_metric` from `record_scores`, if named); returns deleted."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
     for stale in root.glob(".tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    versions = sorted(int(p.name[1:]) for p in root.glob("v[0-9]*") if (p / "meta.json").is_file())
-    doomed = [v for v in versions[:-keep_last] if v not in keep] if keep_last else []
+    found = versions(run_dir)
+    if best_metric is not None:
+        best = best_version(run_dir, best_metric, mode)
+        keep = set(keep) | ({best} if best is not None else set())
+    doomed = [v for v in found[:-keep_last] if v not in keep] if keep_last else []
     for v in doomed:
         shutil.rmtree(checkpoint_dir(run_dir, v), ignore_errors=True)
     return doomed
+
+
+def read_meta(version_dir: Path) -> dict:
+    """A published version's meta.json ({} when it has none)."""
+    p = Path(version_dir) / "meta.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def sft_progress_dir(run_dir: str) -> Path:
+    """Resumable engine states of an unfinished SFT warm start (not a published version)."""
+    return Path(run_dir) / "checkpoints" / "sft-progress"
+
+
+def versions(run_dir: str) -> list[int]:
+    """Published versions, oldest first."""
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[1:]) for p in root.glob("v[0-9]*") if (p / "meta.json").is_file())
+
+
+SCORES_FILE = "scores.json"
+
+
+def record_scores(run_dir: str, version: int, scores: dict[str, float]) -> None:
+    """Attach evaluation figures to a published version (merged into its scores.json, replaced
+    atomically), so `best_version` and `prune(best_metric=...)` can find the best one."""
+    folder = checkpoint_dir(run_dir, version)
+    if not (folder / "meta.json").is_file():
+        raise FileNotFoundError(f"version {version} of {run_dir} is not published")
+    p = folder / SCORES_FILE
+    merged = {**(json.loads(p.read_text()) if p.is_file() else {}), **scores}
+    tmp = folder / f".{SCORES_FILE}.{uuid.uuid4().hex[:8]}"
+    tmp.write_text(json.dumps(merged, indent=2, sort_keys=True))
+    os.replace(tmp, p)
+
+
+def best_version(run_dir: str, metric: str, mode: str = "max") -> int | None:
+    """The version whose scores.json has the best `metric` (NaN and missing are never best;
+    ties go to the newest)."""
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode {mode!r}: expected 'max' or 'min'")
+    best, best_v = None, None
+    for v in versions(run_dir):
+        p = checkpoint_dir(run_dir, v) / SCORES_FILE
+        value = json.loads(p.read_text()).get(metric) if p.is_file() else None
+        if value is None or value != value:
+            continue
+        if best is None or (value >= best if mode == "max" else value <= best):
+            best, best_v = value, v
+    return best_v

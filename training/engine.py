@@ -1,12 +1,16 @@
-"""The one module that knows DeepSpeed: process-group set-up and the training engine.
+"""The one module that knows DeepSpeed: process-group set-up, the training engine, and the
+collective pieces of saving (gathering ZeRO-3 shards, one writer per checkpoint).
 
 On CPU the engine runs over gloo (`DS_ACCELERATOR=cpu`); on GPUs and under the `deepspeed`
-launcher the same code takes NCCL and the launcher's RANK/WORLD_SIZE.
+launcher the same code takes NCCL and the launcher's RANK/WORLD_SIZE. Several CPU processes:
+`DS_ACCELERATOR=cpu deepspeed --num_gpus 2 --module training.update --spec spec.json`
+(the launcher's "gpus" are process slots; on CPU each one is a gloo rank).
 """
 from __future__ import annotations
 
 import os
 import socket
+from typing import Any, Callable
 
 import torch
 
@@ -38,6 +42,36 @@ def setup_distributed() -> None:
                                verbose=False)
 
 
+def rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def world_size() -> int:
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def barrier() -> None:
+    import torch.distributed as dist
+
+    if world_size() > 1:
+        dist.barrier()
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (a picklable value)."""
+    if world_size() == 1:
+        return obj
+    import torch.distributed as dist
+
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
 def ds_config(cfg: RLConfig, micro_batch_size: int, grad_accum: int) -> dict:
     return {
         "train_micro_batch_size_per_gpu": micro_batch_size,
@@ -45,21 +79,68 @@ def ds_config(cfg: RLConfig, micro_batch_size: int, grad_accum: int) -> dict:
         "gradient_clipping": cfg.grad_clip,
         "zero_optimization": {"stage": cfg.zero_stage},
         "bf16": {"enabled": cfg.dtype == "bf16"},
+        # ZeRO wraps our torch AdamW (a DeepSpeed-built Adam would compile an op on CPU).
+        "zero_allow_untested_optimizer": True,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
     }
 
 
 def make_engine(model: torch.nn.Module, cfg: RLConfig, lr: float, micro_batch_size: int,
-                grad_accum: int):
-    """A DeepSpeed engine around `model` with a torch AdamW (no fused-Adam build on CPU)."""
+                grad_accum: int, lr_scheduler: Callable | None = None):
+    """A DeepSpeed engine around `model` with a torch AdamW (no fused-Adam build on CPU).
+    `lr_scheduler(optimizer)` builds a scheduler DeepSpeed steps and checkpoints with the engine."""
     setup_distributed()
     import deepspeed
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                           lr_scheduler=lr_scheduler,
                                            config=ds_config(cfg, micro_batch_size, grad_accum))
     return engine
+
+
+def engine_facts(cfg: RLConfig) -> dict:
+    """What decides whether a saved optimizer state can be loaded again (kept in meta.json)."""
+    return {"zero_stage": cfg.zero_stage, "dtype": cfg.dtype, "world_size": world_size()}
+
+
+def state_compatible(saved: dict | None, cfg: RLConfig) -> bool:
+    """ZeRO shards its optimizer state per process: a state saved under another stage, precision
+    or (for ZeRO >= 1) process count cannot be loaded as is. Checkpoints of the first loop have
+    no record and were all ZeRO-0 fp32 single-process."""
+    saved = saved or {"zero_stage": 0, "dtype": "fp32", "world_size": 1}
+    now = engine_facts(cfg)
+    same = saved["zero_stage"] == now["zero_stage"] and saved["dtype"] == now["dtype"]
+    return same and (now["zero_stage"] == 0 or saved["world_size"] == now["world_size"])
+
+
+def full_state_dict(engine) -> dict | None:
+    """The whole model's weights, or None where `engine.module.state_dict()` already is whole.
+    Under ZeRO-3 every rank must call this (the shards are gathered collectively)."""
+    if engine.zero_optimization_stage() != 3:
+        return None
+    import deepspeed
+
+    params = list(engine.module.parameters())
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None):
+        return {k: v.detach().clone().cpu() for k, v in engine.module.state_dict().items()}
+
+
+def save_state(engine, folder: str, tag: str, client_state: dict | None = None) -> None:
+    """Model, optimizer, scheduler (and `client_state`, e.g. RNG) through DeepSpeed: collective."""
+    engine.save_checkpoint(folder, tag=tag, client_state=client_state or {})
+
+
+def load_state(engine, folder: str, tag: str | None, optimizer: bool = True,
+               scheduler: bool = False) -> dict:
+    """Restore what `save_state` wrote; returns its client state."""
+    path, client = engine.load_checkpoint(folder, tag=tag, load_optimizer_states=optimizer,
+                                          load_lr_scheduler_states=scheduler,
+                                          load_module_only=False)
+    if path is None:
+        raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {tag!r}) under {folder}")
+    return client or {}
 
 
 if __name__ == "__main__":  # `python -m training.engine --warm-up`: build DeepSpeed's CPU ops once

@@ -1,9 +1,12 @@
-"""The policy's updates: SFT warm start and the GRPO step, both through the DeepSpeed engine,
-each reading one checkpoint version and publishing the next."""
+"""The policy's updates: SFT warm start and the RL step (GRPO, PPO-clip, RLOO; optional KL to a
+frozen reference), both through the DeepSpeed engine, each reading one checkpoint version and
+publishing the next. Every process of a `deepspeed` launch runs the same function; rank 0 writes.
+"""
 from __future__ import annotations
 
 import math
 import random
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,12 +15,13 @@ import numpy as np
 import torch
 
 from training import checkpoints
+from training import engine as eng
+from training.advantages import ADVANTAGES
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
-from training.engine import make_engine
-from training.losses import grpo_loss, sft_loss
-from training.policy import build_policy, load_policy, save_policy
-from training.tokenizer import ByteTokenizer
+from training.losses import LOSSES, kl_penalty, sft_loss
+from training.microbatch import loss_units, plan_update
+from training.policy import build_policy, load_policy, save_policy, tokenizer_of
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,9 @@ class RLSample:
     completion_ids: list[int]
     old_logprobs: list[float]  # [T] sampling log-probs of completion_ids
     advantage: float
+    reward: float = math.nan  # needed by rl.algorithm="rloo" (advantages recomputed)
+    group_id: str | int | None = None  # completions of one prompt share it (rloo)
+    token_advantages: list[float] | None = None  # [T] per-token advantages (rl.algorithm="ppo")
 
 
 def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
@@ -38,102 +45,245 @@ def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
     return lr * (1.0 - 0.9 * frac)
 
 
-def _engine_for(model, rl: RLConfig, lr: float, micro: int, accum: int, resume_from: Path | None):
-    engine = make_engine(model, rl, lr, micro, accum)
+class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):
+    """`_lr_at` as a scheduler, so DeepSpeed steps it and saves it with the engine state."""
+
+    def __init__(self, optimizer, total: int, peak: float, warmup: int):
+        self.total, self.peak, self.warmup = total, peak, warmup
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        # After the last step the lr stays at the last step's value: the RL update inherits it
+        # (rl.lr_schedule="inherit"), as it did when the loop set the lr by hand before each step.
+        step = min(self.last_epoch, self.total - 1)
+        lr = self.peak if step < 0 else _lr_at(step, self.total, self.peak, self.warmup)
+        return [lr for _ in self.optimizer.param_groups]
+
+
+def _engine_for(model, rl: RLConfig, lr: float, micro: int, accum: int, resume_from: Path | None,
+                scheduler=None) -> tuple[object, bool]:
+    """The engine, with the optimizer state of `resume_from` when it can be loaded here."""
+    engine = eng.make_engine(model, rl, lr, micro, accum, scheduler)
+    restored = False
     if resume_from is not None and (resume_from / "engine").is_dir():
-        engine.load_checkpoint(str(resume_from / "engine"), tag="state",
-                               load_optimizer_states=True, load_lr_scheduler_states=False,
-                               load_module_only=False)
-    return engine
+        if eng.state_compatible(checkpoints.read_meta(resume_from).get("engine"), rl):
+            eng.load_state(engine, str(resume_from / "engine"), "state")
+            restored = True
+    return engine, restored
 
 
 def _publish(engine, run_dir: str, version: int, meta: dict) -> Path:
-    stage = checkpoints.staging_dir(run_dir, version)
-    save_policy(engine.module, str(stage / "model"))
-    engine.save_checkpoint(str(stage / "engine"), tag="state")
-    return checkpoints.publish(stage, checkpoints.checkpoint_dir(run_dir, version), meta)
+    """All ranks: gather (ZeRO-3) and save the engine state; rank 0 writes the model and renames."""
+    stage = eng.broadcast(str(checkpoints.staging_dir(run_dir, version)) if eng.rank() == 0 else None)
+    state = eng.full_state_dict(engine)
+    if eng.rank() == 0:
+        save_policy(engine.module, str(Path(stage) / "model"), state_dict=state)
+    eng.save_state(engine, str(Path(stage) / "engine"), "state")
+    eng.barrier()
+    final = checkpoints.checkpoint_dir(run_dir, version)
+    if eng.rank() == 0:
+        checkpoints.publish(Path(stage), final, meta)
+    eng.barrier()
+    return final
+
+
+def _rng_state(rng: random.Random) -> dict:
+    return {"python": rng.getstate(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def _set_rng_state(rng: random.Random, state: dict) -> None:
+    rng.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], policy: PolicyConfig,
-                   sft: SFTConfig, rl: RLConfig, seed: int) -> dict:
-    """Train a fresh policy on (prompt, reference) pairs; publish it as version 0."""
+                   sft: SFTConfig, rl: RLConfig, seed: int, stop_after: int | None = None) -> dict:
+    """Train a fresh policy on (prompt, reference) pairs; publish it as version 0.
+
+    With `sft.save_every`, the engine state (weights, optimizer, scheduler, RNG) is saved under
+    `checkpoints/sft-progress/` and a restarted warm start continues from it with the same next
+    step. `stop_after=N` stops after step N without publishing (a deliberate interruption)."""
     if not prompts:
         raise ValueError("SFT warm start needs at least one task with a reference solution")
-    tok = ByteTokenizer()
     torch.manual_seed(seed)
     model = build_policy(policy)
-    engine = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None)
+    tok = tokenizer_of(model)
+    schedule = (lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps))
+    engine, _ = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None, schedule)
+    world, rank = eng.world_size(), eng.rank()
+    if sft.batch_size < world:
+        raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count {world}")
     rng = random.Random(seed)
-    data = [(tok.encode(p), tok.encode(r, bos=False) + [tok.eos_token_id])
+    data = [(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id])
             for p, r in zip(prompts, references)]
+    progress = checkpoints.sft_progress_dir(run_dir)
+    first = 0
+    if sft.save_every and (progress / "latest").is_file():
+        client = eng.load_state(engine, str(progress), None, optimizer=True, scheduler=True)
+        first = int(client["step"])
+        _set_rng_state(rng, client["rng"])
     t0, losses = time.perf_counter(), []
-    for step in range(sft.steps):
-        for group in engine.optimizer.param_groups:
-            group["lr"] = _lr_at(step, sft.steps, sft.lr, sft.warmup_steps)
+    device = engine.device
+    last = sft.steps if stop_after is None else min(sft.steps, stop_after)
+    for step in range(first, last):
         batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
-        b = make_batch([p for p, _ in batch], [c for _, c in batch], tok.pad_token_id, policy.max_len)
+        mine = batch[rank::world]
+        b = make_batch([p for p, _ in mine], [c for _, c in mine], tok.pad_token_id, policy.max_len)
+        b.to(device)
         loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
+        if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
+            full = make_batch([p for p, _ in batch], [c for _, c in batch], tok.pad_token_id,
+                              policy.max_len)
+            loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
         engine.backward(loss)
         engine.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
+        if sft.save_every and (step + 1) % sft.save_every == 0 and step + 1 < sft.steps:
+            _save_progress(engine, progress, step + 1, rng)
+    if last < sft.steps:
+        return {"sft/stopped_at": last, "sft/resumed_from": first}
     metrics = {"sft/steps": sft.steps, "sft/final_loss": float(np.mean(losses[-20:])) if losses else math.nan,
                "sft/seconds": time.perf_counter() - t0, "sft/examples": len(data)}
-    _publish(engine, run_dir, 0, {"version": 0, "kind": "sft", **metrics})
+    if first:
+        metrics["sft/resumed_from"] = first
+    _publish(engine, run_dir, 0, {"version": 0, "kind": "sft", **metrics,
+                                  "engine": eng.engine_facts(rl), "policy": policy.model_dump(),
+                                  "sft": sft.model_dump()})
+    if eng.rank() == 0:
+        shutil.rmtree(progress, ignore_errors=True)
     return metrics
+
+
+def _save_progress(engine, folder: Path, step: int, rng: random.Random) -> None:
+    tag = f"step{step:07d}"
+    eng.save_state(engine, str(folder), tag, {"step": step, "rng": _rng_state(rng)})
+    eng.barrier()
+    if eng.rank() == 0:  # keep only the newest resumable state
+        for old in folder.glob("step*"):
+            if old.name != tag:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _with_advantages(samples: list[RLSample], rl: RLConfig) -> list[RLSample]:
+    if rl.algorithm != "rloo":
+        return samples
+    bad = [i for i, s in enumerate(samples) if s.group_id is None]
+    if bad:
+        raise ValueError(f"rl.algorithm='rloo' recomputes advantages from RLSample.reward and "
+                         f"RLSample.group_id; sample(s) {bad[:5]} have no group_id")
+    adv = ADVANTAGES["rloo"]([s.reward for s in samples], np.array([str(s.group_id) for s in samples]))
+    return [RLSample(s.prompt_ids, s.completion_ids, s.old_logprobs, float(a), s.reward,
+                     s.group_id, s.token_advantages) for s, a in zip(samples, adv)]
+
+
+def _per_token(part: list[RLSample], values, width: int, fill: float = 0.0) -> torch.Tensor:
+    """[B, width] tensor with each sample's per-completion-token values at its target positions."""
+    out = torch.full((len(part), width), fill)
+    for row, (s, v) in enumerate(zip(part, values)):
+        start = len(s.prompt_ids) - 1
+        n = min(len(v), width - start)
+        out[row, start:start + n] = torch.tensor(v[:n])
+    return out
 
 
 def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: PolicyConfig,
                 rl: RLConfig, temperature: float, seed: int) -> dict:
-    """One GRPO iteration: read version `version`, publish `version + 1`.
+    """One RL iteration (rl.algorithm: grpo, ppo or rloo): read version `version`, publish
+    `version + 1`.
 
     Samples whose advantage is 0 add nothing to the gradient and are skipped (their group had
     one reward for all); when none is left, the next version is a copy of this one.
     """
-    tok = ByteTokenizer()
     src = checkpoints.checkpoint_dir(run_dir, version)
     torch.manual_seed(seed * 100003 + version)
-    live = [s for s in samples if s.advantage != 0.0 and s.completion_ids]
-    micro = rl.micro_batch_size
-    accum = max(1, math.ceil(len(live) / micro))
+    samples = _with_advantages(samples, rl)
+    live = [s for s in samples if (s.advantage != 0.0 or s.token_advantages) and s.completion_ids]
     model = load_policy(str(src / "model"))
-    engine = _engine_for(model, rl, rl.lr, micro, accum, src)
-    t0 = time.perf_counter()
-    stats: dict[str, list[float]] = {"loss": [], "clip_frac": []}
-    order = list(range(len(live)))
+    tok = tokenizer_of(model)
+    orders, order = [], list(range(len(live)))
     rng = random.Random(seed + version)
     for _ in range(rl.epochs if live else 0):
         rng.shuffle(order)
-        for k in range(accum):
-            idx = order[k * micro:(k + 1) * micro]
-            if not idx:  # keep the engine's accumulation boundary: an empty micro-batch adds 0
-                idx = order[:1]
-                weight = 0.0
-            else:
-                weight = 1.0
-            part = [live[i] for i in idx]
+        orders.append(list(order))
+    lengths = [min(len(s.prompt_ids) + len(s.completion_ids), policy.max_len) for s in live]
+    units = [loss_units(len(s.prompt_ids), len(s.completion_ids), policy.max_len,
+                        rl.loss_aggregation) for s in live]
+    eng.setup_distributed()
+    plan = plan_update(orders, lengths, units, rl.micro_batch_size, rl.micro_batch_tokens,
+                       eng.world_size(), eng.rank())
+    engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
+    if rl.lr_schedule == "constant":
+        for group in engine.optimizer.param_groups:
+            group["lr"] = rl.lr
+    reference = _reference(run_dir, rl, engine.device)
+    loss_fn = LOSSES[rl.algorithm]
+    extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
+    t0, n_tokens = time.perf_counter(), 0
+    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": []}
+    for epoch in plan.steps:
+        for mb in epoch:
+            part = [live[i] for i in mb.indices]
             b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
                            tok.pad_token_id, policy.max_len)
+            b.to(engine.device)
             logp = token_logprobs(engine, b, temperature)
-            old = torch.zeros_like(logp)
-            for row, s in enumerate(part):
-                start = len(s.prompt_ids) - 1
-                n = min(len(s.old_logprobs), old.shape[1] - start)
-                old[row, start:start + n] = torch.tensor(s.old_logprobs[:n])
-            adv = torch.tensor([s.advantage for s in part], dtype=torch.float32)
-            loss, info = grpo_loss(logp, old, adv, b.loss_mask, rl.clip_eps)
-            engine.backward(loss * weight)
+            old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
+            if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
+                adv = _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
+                                        for s in part], logp.shape[1])
+            else:
+                adv = torch.tensor([s.advantage for s in part], dtype=torch.float32)
+            loss, info = loss_fn(logp, old, adv.to(logp.device), b.loss_mask, rl.clip_eps,
+                                 rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra)
+            if reference is not None:
+                with torch.no_grad():
+                    ref_logp = token_logprobs(reference, b, temperature)
+                kl, kinfo = kl_penalty(logp, ref_logp, b.loss_mask, rl.kl_estimator,
+                                       rl.loss_aggregation, policy.max_len)
+                loss = loss + rl.kl_coef * kl
+                info.update(kinfo)
+            engine.backward(loss * mb.weight)
             engine.step()
-            if weight:
-                stats["loss"].append(float(loss))
+            if mb.weight:
+                n_tokens += int(b.attention_mask.sum())
+                stats["loss"].append(float(loss.detach()))
                 stats["clip_frac"].append(info["clip_frac"])
+                if "kl" in info:
+                    stats["kl"].append(info["kl"])
+    seconds = time.perf_counter() - t0
     metrics = {
         "train/loss": float(np.mean(stats["loss"])) if stats["loss"] else 0.0,
         "train/clip_frac": float(np.mean(stats["clip_frac"])) if stats["clip_frac"] else 0.0,
         "train/sequences": len(live), "train/skipped_zero_adv": len(samples) - len(live),
-        "train/seconds": time.perf_counter() - t0,
+        "train/seconds": seconds,
     }
-    _publish(engine, run_dir, version + 1, {"version": version + 1, "kind": "grpo", **metrics})
-    return metrics
+    extra_metrics = {"train/tokens": n_tokens, "train/tokens_per_s": n_tokens / max(seconds, 1e-9),
+                     "train/micro_steps": plan.accum * len(plan.steps),
+                     "train/optimizer_restored": int(restored), "train/processes": eng.world_size()}
+    if stats["kl"]:
+        extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
+    meta = {"version": version + 1, "kind": rl.algorithm,
+            **metrics, **extra_metrics, "engine": eng.engine_facts(rl), "rl": rl.model_dump(),
+            "policy": policy.model_dump()}
+    _publish(engine, run_dir, version + 1, meta)
+    return {**metrics, **extra_metrics}
+
+
+def _reference(run_dir: str, rl: RLConfig, device) -> torch.nn.Module | None:
+    """The frozen reference policy for the KL penalty: version 0 (the SFT start)."""
+    if rl.kl_coef == 0.0:
+        return None
+    path = checkpoints.checkpoint_dir(run_dir, 0) / "model"
+    if not path.is_dir():
+        raise FileNotFoundError(f"rl.kl_coef={rl.kl_coef} needs the reference policy at {path} "
+                                "(version 0); it was pruned or never written")
+    ref = load_policy(str(path)).to(device).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
 
 
 _LOADED: dict[str, torch.nn.Module] = {}
