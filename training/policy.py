@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, PreTrainedModel
 
 from training.config import PolicyConfig
 from training.tokenizer import ByteTokenizer, load_tokenizer, save_tokenizer
@@ -54,6 +54,13 @@ def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedMo
                                 "Hugging Face model directory or a .gguf file)")
     folder, gguf = _split_gguf(model_path)
     kwargs = {"gguf_file": gguf} if gguf else {}
+    if gguf:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, **kwargs)
+        # transformers maps a GPT-2 GGUF's context_length to `n_ctx`, but GPT2Config sizes the
+        # position table by `n_positions` (default 1024): keep the file's.
+        if getattr(config, "model_type", "") == "gpt2" and getattr(config, "n_ctx", None):
+            config.n_positions = config.n_ctx
+        kwargs["config"] = config
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
     tok = load_tokenizer(folder, gguf_file=gguf, chat_template=chat_template)
     if tok.kind == "byte" and model.config.vocab_size < ByteTokenizer.vocab_size:
