@@ -250,19 +250,18 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
 def _rollouts(cfg: RunConfig, it: int, v: int, rnd: int, items: list, opts: dict, client,
               queue: list[dict]) -> list[Executed]:
     """Submit the round's shards (one Prefect task each, run in threads) and, while they run,
-    sample the scheduler's queue lengths every half second."""
+    sample the scheduler's queue lengths every quarter second (a stage shorter than that
+    records none)."""
     size = cfg.cluster.shard_size
     deadline = shard_deadline_s(len(items), cfg.sandbox, total_threads(client))
     runner = run_rollouts.with_options(**opts)
     futures = [runner.submit(cfg, it, v, rnd, k, items[i:i + size], deadline)
                for k, i in enumerate(range(0, len(items), size))]
-    while True:
+    while wait_futures(futures, timeout=0.25).not_done:
         try:
             queue.append(queue_snapshot(client))
         except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
             pass
-        if not wait_futures(futures, timeout=0.5).not_done:
-            break
     return [e for f in futures for e in f.result()]
 
 
@@ -334,8 +333,8 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
     log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {rounds} round(s), "
              f"{metrics['curriculum/groups_trained']} trained on; sandbox utilisation "
              f"{metrics['sandbox/utilisation']:.2f}, scheduler queue max "
-             f"{metrics.get('cluster/queued_max', 0)} queued / "
-             f"{metrics.get('cluster/processing_max', 0)} processing")
+             f"{metrics.get('cluster/queued_max', '-')} queued / "
+             f"{metrics.get('cluster/processing_max', '-')} processing")
     log.info("iteration %d stage seconds: %s", it, ", ".join(
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
     return metrics

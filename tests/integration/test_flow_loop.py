@@ -38,11 +38,14 @@ def test_two_iterations_write_one_row_per_rollout(first_run):
     out, _ = first_run
     run_dir = out / "tiny"
     df = read_trajectories(str(run_dir))
-    # tiny.yaml: 4 tasks x group of 4 = 16 rollouts per iteration, 2 iterations
-    assert len(df) == 32
+    # tiny.yaml: 4 tasks x group of 4 = 16 rollouts per iteration, 2 iterations, plus one
+    # refill round (tasks.refill_rounds) of 4 rollouts per group dynamic sampling dropped
+    groups = read_metrics(str(run_dir)).set_index("iteration")["curriculum/groups_generated"]
     assert sorted(df["iteration"].unique()) == [0, 1]
-    assert df.groupby("iteration").size().tolist() == [16, 16]
+    assert df.groupby("iteration").size().tolist() == [4 * groups[0], 4 * groups[1]]
+    assert all(4 <= g <= 8 for g in groups)
     assert df.groupby(["iteration", "group_id"]).size().eq(4).all()
+    assert not df.duplicated(["iteration", "group_id", "sample_index"]).any()
     scored = df[~df["infra_error"]]
     assert len(scored) == len(df), "the process sandbox had infrastructure errors"
     assert scored["reward"].between(-1.0, 1.0).all()
@@ -92,5 +95,6 @@ def test_second_invocation_resumes_instead_of_starting_over(first_run):
     # the finished iterations' files are untouched; only iteration 2 was added
     assert all(after.get(p) == t for p, t in before.items())
     df = read_trajectories(str(run_dir))
-    assert df.groupby("iteration").size().tolist() == [16, 16, 16]
+    groups = read_metrics(str(run_dir)).set_index("iteration")["curriculum/groups_generated"]
+    assert df.groupby("iteration").size().tolist() == [4 * groups[i] for i in (0, 1, 2)]
     assert finished_iterations(str(run_dir)) == [0, 1, 2]

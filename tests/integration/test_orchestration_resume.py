@@ -1,0 +1,88 @@
+"""A flow process killed (SIGKILL, with its Dask workers and temporary API) in the middle of an
+iteration: the next invocation resumes at the first unfinished stage, in a new process, without
+running again any stage that had finished, and every rollout is stored exactly once."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from storage.registry import finished_iterations
+from storage.trajectories import read_trajectories
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+ROOT = Path(__file__).resolve().parents[2]
+STAGES_BEFORE_UPDATE = ("generate_tasks", "sample_completions", "run_rollouts", "score",
+                        "write_trajectories")
+
+
+def _cmd(out: Path) -> list[str]:
+    return [sys.executable, "-m", "flows.cli", "run", "--config", str(ROOT / "configs/tiny.yaml"),
+            "--set", f"out_dir={out}", "--set", "iterations=2"]
+
+
+def _journal(run_dir: Path) -> list[dict]:
+    path = run_dir / "stages.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _where(rec: dict) -> tuple:
+    return (rec["stage"], rec.get("iteration"), rec.get("version"), rec.get("round"),
+            rec.get("shard"))
+
+
+def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
+    out = tmp_path / "runs"
+    run_dir = out / "tiny"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    log1 = open(tmp_path / "first.log", "w")
+    first = subprocess.Popen(_cmd(out), cwd=ROOT, env=env, stdout=log1, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not any(r["stage"] == "update_policy" and r["event"] == "start"
+                      and r["iteration"] == 0 for r in _journal(run_dir)):
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
+            assert time.monotonic() < deadline, "the first run never reached update_policy"
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)  # the flow, its Dask workers, its temporary API
+        first.wait(timeout=30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        log1.close()
+    assert first.returncode == -signal.SIGKILL
+    assert 1 not in finished_iterations(str(run_dir)), "the kill came after the whole run"
+    before = _journal(run_dir)
+    finished = {_where(r) for r in before if r["event"] == "end"}
+    for stage in STAGES_BEFORE_UPDATE:
+        assert any(w[0] == stage and w[1] == 0 for w in finished), stage
+    files_before = {p: p.stat().st_mtime_ns for p in (run_dir / "trajectories").rglob("*.parquet")}
+    assert files_before
+
+    second = subprocess.run(_cmd(out), cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-4000:]
+    rerun = [r for r in _journal(run_dir)[len(before):] if r["event"] == "start"]
+    assert rerun, "the second invocation ran nothing"
+    assert {r["pid"] for r in rerun} == {rerun[0]["pid"]} != {first.pid}
+    repeated = sorted({_where(r) for r in rerun} & finished, key=str)
+    assert repeated == [], f"finished stages ran again: {repeated}"
+    # SFT, the v0 evaluation and iteration 0's rollout stages came from the stored results
+    ran_again = {(r["stage"], r.get("iteration"), r.get("version")) for r in rerun}
+    assert ("sft_warm_start", None, 0) not in ran_again
+    assert ("evaluate", None, 0) not in ran_again
+    assert not [w for w in ran_again if w[0] in STAGES_BEFORE_UPDATE and w[1] == 0]
+    assert finished_iterations(str(run_dir)) == [0, 1]
+    for p, t in files_before.items():  # iteration 0's trajectory files were not rewritten
+        assert p.stat().st_mtime_ns == t, p
+    df = read_trajectories(str(run_dir))
+    assert not df.duplicated(["iteration", "group_id", "sample_index"]).any()
+    assert df.groupby(["iteration", "group_id"]).size().eq(4).all()  # tiny: G = 4
+    assert sorted(df["iteration"].unique()) == [0, 1]

@@ -1,0 +1,178 @@
+"""The flow's plain stage logic: cache keys, curriculum wiring, DAPO dropping, the stage journal
+and the observability metrics (real sandbox executions, real Parquet store; no Prefect run)."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows import stages
+from flows.config import load_config
+from flows.rollouts import Executed, execute_one
+from storage.trajectories import write_shard
+from tasks.curriculum import DifficultyLedger
+from training.generate import Sample
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config(ROOT / "configs/tiny.yaml")
+
+
+@pytest.fixture(scope="module")
+def train_pool(cfg):
+    return [t for t in stages.task_pool(cfg.tasks) if t.split == "train"]
+
+
+def _empty_ledger():
+    return DifficultyLedger().to_frame()
+
+
+def test_stage_cache_key_covers_inputs_and_policy_version_but_not_the_deadline(cfg, train_pool):
+    from flows.iteration import CODE_VERSION, _stage_key
+
+    key = _stage_key("run_rollouts")
+    items = [(train_pool[0], "    return 1\n")]
+    base = dict(cfg=cfg, iteration=3, version=3, round_=0, shard=1, items=items, deadline_s=60.0)
+    k = key(None, base)
+    assert k.startswith(f"run_rollouts-{cfg.run_id}-it3-v3-r0-s1-{cfg.hash()}-{CODE_VERSION}-")
+    assert key(None, {**base, "deadline_s": 999.0}) == k  # how long we wait is not an input
+    assert key(None, {**base, "items": [(train_pool[0], "    return 2\n")]}) != k
+    assert key(None, {**base, "items": [(train_pool[1], "    return 1\n")]}) != k
+    assert key(None, {**base, "version": 4}) != k
+    assert key(None, {**base, "shard": 2}) != k
+    other = cfg.model_copy(update={"run_id": "other"})
+    assert key(None, {**base, "cfg": other}) != k
+
+
+def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
+    batch = train_pool[:3]
+    ledger = DifficultyLedger.from_trajectories(pd.DataFrame({
+        "task_id": [t.task_id for t in batch], "iteration": 0, "reward": [0.0, 0.5, 1.0],
+        "pass_fraction": [0.0, 0.5, 1.0], "family": [t.family for t in batch],
+        "difficulty": [t.difficulty for t in batch], "split": "train",
+        "group_id": ["0:0", "0:1", "0:2"]})).to_frame()
+    here = stages.inputs_digest({"batch": batch, "ledger": ledger, "exclude": ["a", "b"]})
+    code = ("from flows import stages\nfrom flows.config import load_config\n"
+            "from tasks.curriculum import DifficultyLedger\nimport pandas as pd\n"
+            f"cfg = load_config({str(ROOT / 'configs/tiny.yaml')!r})\n"
+            "pool = [t for t in stages.task_pool(cfg.tasks) if t.split == 'train']\n"
+            "batch = pool[:3]\n"
+            "ledger = DifficultyLedger.from_trajectories(pd.DataFrame({"
+            "'task_id': [t.task_id for t in batch], 'iteration': 0, 'reward': [0.0, 0.5, 1.0],"
+            "'pass_fraction': [0.0, 0.5, 1.0], 'family': [t.family for t in batch],"
+            "'difficulty': [t.difficulty for t in batch], 'split': 'train',"
+            "'group_id': ['0:0', '0:1', '0:2']})).to_frame()\n"
+            "print(stages.inputs_digest({'batch': batch, 'ledger': ledger, 'exclude': ['a', 'b']}))")
+    there = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                           timeout=120, env={"PYTHONHASHSEED": "123", "PATH": "/usr/bin:/bin"})
+    assert there.returncode == 0, there.stderr[-2000:]
+    assert there.stdout.strip() == here
+    assert stages.inputs_digest({"batch": batch[:2], "ledger": ledger}) != here
+
+
+def test_curriculum_draws_are_seeded_distinct_training_tasks_outside_exclude(cfg, train_pool):
+    a = stages.pick_tasks(cfg, 2, 0, 6, _empty_ledger(), [])
+    b = stages.pick_tasks(cfg, 2, 0, 6, _empty_ledger(), [])
+    assert [t.task_id for t in a] == [t.task_id for t in b]  # a resumed run draws the same
+    assert len({t.task_id for t in a}) == 6 and all(t.split == "train" for t in a)
+    refill = stages.pick_tasks(cfg, 2, 1, 6, _empty_ledger(), [t.task_id for t in a])
+    assert not {t.task_id for t in refill} & {t.task_id for t in a}
+    everything = stages.pick_tasks(cfg, 2, 2, 1000, _empty_ledger(), [])
+    assert len(everything) == len(train_pool)  # never more than the training split holds
+
+
+def test_curriculum_favours_sometimes_solved_tasks_and_the_uniform_switch_does_not(cfg, train_pool):
+    # every training task was always solved in iteration 0 except one, solved half the time
+    mixed = train_pool[5]
+    rows = []
+    for t in train_pool:
+        rewards = [1.0, 0.0, 1.0, 0.0] if t is mixed else [1.0] * 4
+        rows += [{"task_id": t.task_id, "iteration": 0, "reward": r, "pass_fraction": r,
+                  "family": t.family, "difficulty": t.difficulty, "split": "train",
+                  "group_id": f"0:{t.task_id}"} for r in rewards]
+    ledger = DifficultyLedger.from_trajectories(pd.DataFrame(rows)).to_frame()
+    uniform = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"sampler": "uniform"})})
+    draws = {"curriculum": 0, "uniform": 0}
+    for it in range(1, 41):
+        draws["curriculum"] += stages.pick_tasks(cfg, it, 0, 1, ledger, [])[0].task_id == mixed.task_id
+        draws["uniform"] += stages.pick_tasks(uniform, it, 0, 1, ledger, [])[0].task_id == mixed.task_id
+    # weight = floor 0.02 + P(informative) = 1 - p^4 - (1-p)^4, p the posterior solve rate
+    # (prior strength 2 at the level's rate, ~0.98): solved tasks p ~0.99 -> ~0.06 each,
+    # the mixed one p ~0.66 -> ~0.82, so it wins ~0.82 / (31 x 0.06 + 0.82) ~ 30% of single
+    # draws (~12 of 40); uniformly 1 in 32 (~1.25 of 40)
+    assert draws["curriculum"] >= 8, draws
+    assert draws["uniform"] <= 4, draws
+
+
+@pytest.fixture(scope="module")
+def executed_group(train_pool):
+    """Two groups of G=4 executed in the real process sandbox: one mixed (two reference
+    solutions, two wrong answers), one all wrong."""
+    from rewards.aggregate import RewardConfig
+    from sandbox.config import SandboxConfig
+
+    t0, t1 = train_pool[0], train_pool[1]
+    wrong = "    return None\n"
+    pairs = [(t0, t0.reference), (t0, t0.reference), (t0, wrong), (t0, wrong)] + [(t1, wrong)] * 4
+    ex = [execute_one(t, c, SandboxConfig(), RewardConfig()) for t, c in pairs]
+    samples = [Sample([1, 2], [3, 4], [-0.1, -0.2], c, True) for _, c in pairs]
+    return [t0, t1], samples, ex
+
+
+def test_dropped_groups_are_the_uniform_ones_and_refills_continue_the_numbering(cfg, executed_group):
+    tasks, samples, ex = executed_group
+    assert ex[0].breakdown.solved and not ex[2].breakdown.solved
+    rows = stages.build_rows(cfg, 0, 0, tasks, samples, ex, 1.0, cfg.hash(), group_offset=3)
+    assert [r["group_id"] for r in rows] == ["0:3"] * 4 + ["0:4"] * 4
+    keep = stages.informative_row_mask(rows)
+    assert keep.tolist() == [True] * 4 + [False] * 4
+    # the dropped group carried no learning signal anyway: its GRPO advantages are all 0
+    assert all(r["advantage"] == 0.0 for r in rows[4:])
+    assert rows[0]["advantage"] > 0 > rows[2]["advantage"]
+    m = stages.rollout_metrics(rows)
+    assert m["rollout/informative_groups"] == 0.5
+
+
+def test_ledger_comes_from_the_stored_rows_of_earlier_iterations_only(cfg, executed_group, tmp_path):
+    tasks, samples, ex = executed_group
+    run_dir = str(tmp_path / "run")
+    for it in (0, 1):
+        write_shard(run_dir, it, 0, stages.build_rows(cfg, it, it, tasks, samples, ex, 1.0, "h"))
+    ledger = stages.ledger_frame(run_dir, 1)
+    assert ledger["iteration"].unique().tolist() == [0]
+    by_task = ledger.set_index("task_id")
+    assert by_task.loc[tasks[0].task_id, "solved"] == 2  # two reference solutions of four
+    assert by_task.loc[tasks[1].task_id, "informative_groups"] == 0  # the dropped group counts
+    assert len(stages.ledger_frame(run_dir, 2)) == 4 and stages.ledger_frame(run_dir, 0).empty
+
+
+def test_journal_appends_one_parsable_line_per_event(tmp_path):
+    stages.journal(str(tmp_path), "score", "start", iteration=1, round=0)
+    stages.journal(str(tmp_path), "score", "end", iteration=1, round=0, seconds=0.5)
+    recs = stages.read_journal(str(tmp_path))
+    assert [(r["stage"], r["event"], r["iteration"]) for r in recs] == [
+        ("score", "start", 1), ("score", "end", 1)]
+    assert json.loads((tmp_path / "stages.jsonl").read_text().splitlines()[1])["seconds"] == 0.5
+
+
+def test_execution_metrics_worked_by_hand(executed_group):
+    _, _, ex = executed_group
+    ex = [Executed(e.breakdown, 0.5, e.backend, None) for e in ex[:4]]
+    q = [{"queued": 6, "processing": 2, "unrunnable": 0, "workers": 2, "threads": 2},
+         {"queued": 0, "processing": 2, "unrunnable": 0, "workers": 1, "threads": 1}]
+    m = stages.execution_metrics(ex, wall_s=2.0, threads=2, queue_samples=q)
+    # 4 rollouts in 2 s; 4 x 0.5 busy sandbox-seconds of 2 s x 2 threads offered
+    assert m["rollout/per_s"] == 2.0
+    assert m["sandbox/utilisation"] == 0.5
+    assert m["cluster/queued_max"] == 6 and m["cluster/queued_mean"] == 3.0
+    assert m["cluster/workers_min"] == 1
+    assert "cluster/queued_max" not in stages.execution_metrics(ex, 2.0, 2, [])
+    assert math.isclose(m["sandbox/busy_s"], 2.0)
+    assert np.isfinite(m["cluster/processing_mean"])
