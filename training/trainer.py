@@ -262,7 +262,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     }
     extra_metrics = {"train/tokens": n_tokens, "train/tokens_per_s": n_tokens / max(seconds, 1e-9),
                      "train/micro_steps": plan.accum * len(plan.steps),
-                     "train/optimizer_restored": int(restored), "train/processes": eng.world_size()}
+                     "train/optimizer_restored": int(restored), "train/processes": eng.world_size(),
+                     "train/lr": float(engine.optimizer.param_groups[0]["lr"])}
     if stats["kl"]:
         extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
     meta = {"version": version + 1, "kind": rl.algorithm,

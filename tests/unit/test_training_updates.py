@@ -1,0 +1,143 @@
+"""The RL update and the warm start through a real DeepSpeed engine (one process, gloo, CPU)."""
+import json
+import math
+import random
+import shutil
+
+import pytest
+import torch
+
+from training import checkpoints
+from training.config import PolicyConfig, RLConfig, SFTConfig
+from training.policy import load_policy
+from training.trainer import RLSample, grpo_update, sft_warm_start
+
+POLICY = PolicyConfig(n_layer=1, n_embd=32, n_head=2, max_len=64)
+PROMPTS = [f"def f{i}(x):\n" for i in range(4)]
+REFS = [f"    return x * {i}\n" for i in range(4)]
+
+
+def _samples(n=10, seed=1):
+    r = random.Random(seed)
+    out = []
+    for i in range(n):
+        p = [257] + [r.randrange(32, 127) for _ in range(r.randrange(3, 9))]
+        c = [r.randrange(32, 127) for _ in range(r.randrange(2, 14))]
+        out.append(RLSample(p, c, [-r.uniform(2, 6) for _ in c], r.choice([-1.0, 1.0]) * r.random(),
+                            reward=float(r.randrange(2)), group_id=i // 5))
+    return out
+
+
+def _weights(run_dir, version):
+    return load_policy(str(checkpoints.checkpoint_dir(run_dir, version) / "model")).state_dict()
+
+
+def _max_diff(a, b):
+    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    run = tmp_path_factory.mktemp("base") / "run"
+    sft_warm_start(str(run), PROMPTS, REFS, POLICY, SFTConfig(steps=3, batch_size=4, warmup_steps=1),
+                   RLConfig(), 0)
+    return run
+
+
+def _copy(base, tmp_path, name):
+    dst = tmp_path / name
+    shutil.copytree(base, dst)
+    return str(dst)
+
+
+def test_token_budget_micro_batches_give_the_same_step_as_one_micro_batch(base, tmp_path):
+    a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
+    small = grpo_update(a, 0, _samples(), POLICY, RLConfig(micro_batch_tokens=40), 1.0, 0)
+    grpo_update(b, 0, _samples(), POLICY, RLConfig(micro_batch_tokens=10_000), 1.0, 0)
+    assert small["train/micro_steps"] > 2 * 1  # several micro-batches per step (2 epochs)
+    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
+    assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4  # and the step did move the weights
+
+
+def test_lr_inherit_keeps_the_warm_starts_last_lr_and_constant_uses_rl_lr(base, tmp_path):
+    a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
+    inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3), 1.0, 0)
+    const = grpo_update(b, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="constant"), 1.0, 0)
+    # SFT lr 2e-3, warmup 1, 3 steps: its last step (index 2) ran at 2e-3 * (1 - 0.9 * 1/2)
+    assert inherit["train/lr"] == pytest.approx(2e-3 * 0.55)
+    assert const["train/lr"] == pytest.approx(1e-3)
+
+
+def test_kl_to_the_reference_is_zero_at_the_reference_and_positive_after_it_moved(base, tmp_path):
+    run = _copy(base, tmp_path, "kl")
+    rl = RLConfig(kl_coef=0.5, epochs=1, micro_batch_size=64, lr_schedule="constant", lr=5e-3)
+    first = grpo_update(run, 0, _samples(), POLICY, rl, 1.0, 0)
+    second = grpo_update(run, 1, _samples(seed=2), POLICY, rl, 1.0, 0)
+    assert first["train/kl"] == 0.0
+    assert second["train/kl"] > 0.0
+
+
+def test_rloo_recomputes_advantages_from_rewards_and_needs_group_ids(base, tmp_path):
+    run = _copy(base, tmp_path, "rloo")
+    samples = _samples()  # rewards 0/1 in groups of 5: LOO advantages are non-zero unless uniform
+    out = grpo_update(run, 0, samples, POLICY, RLConfig(algorithm="rloo"), 1.0, 0)
+    assert json.loads((checkpoints.checkpoint_dir(run, 1) / "meta.json").read_text())["kind"] == "rloo"
+    by_group = {}
+    for s in samples:
+        by_group.setdefault(s.group_id, set()).add(s.reward)
+    expected = sum(1 for s in samples if len(by_group[s.group_id]) > 1)
+    assert out["train/sequences"] == expected
+    broken = [RLSample(s.prompt_ids, s.completion_ids, s.old_logprobs, 1.0) for s in samples]
+    with pytest.raises(ValueError, match="group_id"):
+        grpo_update(run, 1, broken, POLICY, RLConfig(algorithm="rloo"), 1.0, 0)
+
+
+@pytest.mark.parametrize("stage, dtype", [(1, "fp32"), (2, "bf16"), (3, "fp32")])
+def test_zero_stages_update_resume_and_export_their_weights(tmp_path, stage, dtype):
+    from training.export import export_checkpoint
+
+    run = str(tmp_path / "run")
+    rl = RLConfig(zero_stage=stage, dtype=dtype, micro_batch_size=4)
+    sft_warm_start(run, PROMPTS, REFS, POLICY, SFTConfig(steps=2, batch_size=4), rl, 0)
+    out = grpo_update(run, 0, _samples(), POLICY, rl, 1.0, 0)
+    assert out["train/optimizer_restored"] == 1 and math.isfinite(out["train/loss"])
+    w0, w1 = _weights(run, 0), _weights(run, 1)
+    assert _max_diff(w1, w0) > 0
+    exported = export_checkpoint(run, "latest", str(tmp_path / "hf"), from_engine=True)
+    from transformers import AutoModelForCausalLM
+
+    fp32 = AutoModelForCausalLM.from_pretrained(str(exported)).state_dict()
+    assert next(iter(fp32.values())).dtype == torch.float32
+    assert _max_diff(fp32, w1) <= (1e-2 if dtype == "bf16" else 0.0)  # bf16 rounding only
+
+
+def test_a_warm_start_resumed_after_an_interruption_ends_where_an_uninterrupted_one_does(tmp_path):
+    sft = SFTConfig(steps=6, batch_size=4, save_every=2, warmup_steps=2)
+    whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
+    sft_warm_start(whole, PROMPTS, REFS, POLICY, sft, RLConfig(), 0)
+    stopped = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, stop_after=5)
+    assert stopped == {"sft/stopped_at": 5, "sft/resumed_from": 0}
+    assert not checkpoints.exists(broken, 0)
+    resumed = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0)
+    assert resumed["sft/resumed_from"] == 4  # the last save; steps 4 and 5 run again
+    a, b = _weights(whole, 0), _weights(broken, 0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not checkpoints.sft_progress_dir(broken).exists()
+
+
+def _fake_version(run, v):
+    stage = checkpoints.staging_dir(run, v)
+    checkpoints.publish(stage, checkpoints.checkpoint_dir(run, v), {"version": v})
+
+
+def test_prune_keeps_the_last_k_and_the_best_scored_version(tmp_path):
+    run = str(tmp_path / "run")
+    for v in range(6):
+        _fake_version(run, v)
+    for v, score in [(1, 0.2), (2, 0.9), (3, float("nan")), (5, 0.4)]:
+        checkpoints.record_scores(run, v, {"heldout/pass_greedy": score})
+    assert checkpoints.best_version(run, "heldout/pass_greedy") == 2
+    assert checkpoints.best_version(run, "heldout/pass_greedy", mode="min") == 1
+    deleted = checkpoints.prune(run, 2, keep={0}, best_metric="heldout/pass_greedy")
+    assert deleted == [1, 3]
+    assert checkpoints.versions(run) == [0, 2, 4, 5]
