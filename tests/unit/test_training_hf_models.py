@@ -1,0 +1,131 @@
+"""Any local Hugging Face causal LM as the policy: a tiny Llama with a real BPE tokenizer and a
+chat template, built offline in a temporary folder, and a GGUF file written with `gguf`."""
+import numpy as np
+import pytest
+import torch
+
+from training.config import PolicyConfig, RLConfig, SFTConfig
+from training.generate import sample
+from training.policy import build_policy, load_pretrained
+from training.trainer import RLSample, grpo_update, policy_for_sampling, sft_warm_start
+
+CHAT = ("{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+CORPUS = ["def add(a, b):\n    return a + b\n", "def mul(a, b):\n    return a * b\n",
+          "x = [1, 2, 3]\nprint(sum(x))\n"] * 20
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    specials = ["<|pad|>", "<|bos|>", "<|eos|>", "<|user|>", "<|assistant|>"]
+    core.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=320, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<|pad|>", bos_token="<|bos|>",
+                                  eos_token="<|eos|>", clean_up_tokenization_spaces=False)
+    tok.chat_template = CHAT
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id))
+    path = tmp_path_factory.mktemp("llama")
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_a_local_llama_directory_loads_with_its_tokenizer_and_chat_template(llama_dir):
+    m = build_policy(PolicyConfig(model_path=llama_dir))
+    tok = m.rollforge_tokenizer
+    assert type(m).__name__ == "LlamaForCausalLM" and tok.kind == "hf"
+    ids = tok.encode_prompt("def f(x):")
+    assert tok.tok.decode(ids).startswith("<|user|>def f(x):")
+    assert ids[-1] == tok.tok.convert_tokens_to_ids("<|assistant|>")
+    plain = build_policy(PolicyConfig(model_path=llama_dir, chat_template=False)).rollforge_tokenizer
+    assert plain.encode_prompt("def f(x):") == [tok.bos_token_id, *tok.encode("def f(x):", bos=False)]
+
+
+def test_a_local_llama_warm_starts_samples_with_stops_updates_and_keeps_its_tokenizer(llama_dir, tmp_path):
+    policy = PolicyConfig(model_path=llama_dir, max_len=96)
+    run = str(tmp_path / "run")
+    sft_warm_start(run, ["def add(a, b):"] * 2, ["    return a + b"] * 2, policy,
+                   SFTConfig(steps=2, batch_size=2), RLConfig(micro_batch_size=4), 0)
+    model = policy_for_sampling(run, 0)
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert model.rollforge_tokenizer.use_chat_template  # saved with the checkpoint
+    g = torch.Generator().manual_seed(0)
+    out = sample(model, ["def add(a, b):", "x = "], 12, generator=g, stop=["\n"])
+    for s in out:
+        assert "\n" not in s.text and len(s.logprobs) == len(s.completion_ids) > 0
+    samples = [RLSample(s.prompt_ids, s.completion_ids, s.logprobs, a) for s, a in zip(out, [1.0, -1.0])]
+    metrics = grpo_update(run, 0, samples, policy, RLConfig(micro_batch_size=4), 1.0, 0)
+    assert metrics["train/sequences"] == 2 and np.isfinite(metrics["train/loss"])
+
+
+def _write_gguf(model, path):
+    """A GPT-2 GGUF the way llama.cpp's converter lays it out (F32, byte-level vocabulary)."""
+    gguf = pytest.importorskip("gguf")
+    from training.tokenizer import _bytes_to_unicode
+
+    c = model.config
+    w = gguf.GGUFWriter(str(path), arch="gpt2")
+    w.add_name("tiny-byte-gpt2")
+    w.add_context_length(c.n_positions)
+    w.add_embedding_length(c.n_embd)
+    w.add_block_count(c.n_layer)
+    w.add_feed_forward_length(4 * c.n_embd)
+    w.add_head_count(c.n_head)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+    w.add_file_type(gguf.LlamaFileType.ALL_F32)
+    b2u = _bytes_to_unicode()
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([b2u[b] for b in range(256)] + ["<pad>", "<s>", "</s>"])
+    w.add_token_types([gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL] * 3)
+    w.add_token_scores([0.0] * 259)
+    w.add_bos_token_id(257)
+    w.add_eos_token_id(258)
+    w.add_pad_token_id(256)
+    names = {"transformer.wte": "token_embd", "transformer.wpe": "position_embd",
+             "transformer.ln_f": "output_norm"}
+    for i in range(c.n_layer):
+        p = f"transformer.h.{i}"
+        names.update({f"{p}.ln_1": f"blk.{i}.attn_norm", f"{p}.attn.c_attn": f"blk.{i}.attn_qkv",
+                      f"{p}.attn.c_proj": f"blk.{i}.attn_output", f"{p}.ln_2": f"blk.{i}.ffn_norm",
+                      f"{p}.mlp.c_fc": f"blk.{i}.ffn_up", f"{p}.mlp.c_proj": f"blk.{i}.ffn_down"})
+    transposed = ("attn_qkv.weight", "attn_output.weight", "ffn_up.weight", "ffn_down.weight")
+    for k, v in model.state_dict().items():
+        if k == "lm_head.weight":
+            continue  # tied to token_embd: no output.weight in the file
+        mod, leaf = k.rsplit(".", 1)
+        name = f"{names[mod]}.{leaf}"
+        arr = v.detach().float().numpy()
+        w.add_tensor(name, np.ascontiguousarray(arr.T if name.endswith(transposed) else arr))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def test_a_gguf_file_loads_through_transformers_with_the_same_logits_and_tokenizer(tmp_path):
+    pytest.importorskip("accelerate")  # transformers needs it to load GGUF weights
+    src = build_policy(PolicyConfig(n_layer=2, n_embd=32, n_head=2, max_len=64)).eval()
+    path = tmp_path / "tiny.gguf"
+    _write_gguf(src, path)
+    g = load_pretrained(str(path)).eval()
+    x = torch.tensor([[257, 104, 105, 32, 116]])
+    with torch.no_grad():
+        torch.testing.assert_close(g(x).logits, src(x).logits, atol=1e-5, rtol=0)
+    tok = g.rollforge_tokenizer
+    assert tok.encode("hi there", bos=False) == list(b"hi there")
+    assert (tok.eos_token_id, tok.pad_token_id, tok.bos_token_id) == (258, 256, 257)
+
+
+def test_a_missing_model_path_is_refused_by_name(tmp_path):
+    with pytest.raises(FileNotFoundError, match="policy.model_path"):
+        build_policy(PolicyConfig(model_path=str(tmp_path / "nope")))
