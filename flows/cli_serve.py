@@ -30,6 +30,9 @@ def register(subparsers) -> None:
                    "(default: %(default)s)")
     p.add_argument("--run-id", default=None,
                    help="default run_id parameter (default: the config's run_id)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="default overrides parameter of the training deployment, e.g. "
+                   "--set out_dir=/data/runs (repeatable)")
     g = p.add_argument_group("schedules (cron strings are in UTC)")
     g.add_argument("--train-cron", default=DEFAULT_TRAIN_CRON,
                    help="when the training deployment runs (default: %(default)r)")
@@ -55,10 +58,13 @@ def build_deployments(args: argparse.Namespace) -> list:
 
     from flows.iteration import CODE_VERSION, evaluate_flow, resolve_config, train_flow
 
-    cfg = resolve_config(config_file=args.config, run_id=args.run_id)
-    train_params = {"config_file": args.config}
+    overrides = list(getattr(args, "overrides", []) or [])
+    cfg = resolve_config(config_file=args.config, run_id=args.run_id, overrides=overrides)
+    train_params: dict = {"config_file": args.config}
     if args.run_id:
         train_params["run_id"] = args.run_id
+    if overrides:
+        train_params["overrides"] = overrides
     train_sched: dict = {}
     eval_sched: dict = {}
     if not args.no_schedules:

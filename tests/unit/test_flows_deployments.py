@@ -1,0 +1,109 @@
+"""What operators touch: deployments/prefect.yaml agrees with the flows and with
+`rollforge serve`; the server and serve commands refuse what they cannot do safely; a hung
+rollout shard is cancelled at its deadline; the iteration's artifacts render."""
+import argparse
+import inspect
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from flows.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def prefect_yaml():
+    return yaml.safe_load((ROOT / "deployments/prefect.yaml").read_text())
+
+
+def test_prefect_yaml_entrypoints_are_flows_whose_signatures_take_its_parameters(prefect_yaml):
+    import importlib
+
+    from prefect import Flow
+
+    names = set()
+    for d in prefect_yaml["deployments"]:
+        path, fn = d["entrypoint"].split(":")
+        assert (ROOT / path).is_file(), d["entrypoint"]
+        flow = getattr(importlib.import_module(path[:-3].replace("/", ".")), fn)
+        assert isinstance(flow, Flow)
+        assert set(d["parameters"]) <= set(inspect.signature(flow.fn).parameters)
+        assert d["schedules"] and all(s["cron"] for s in d["schedules"])
+        names.add(f"{flow.name}/{d['name']}")
+    assert names == {"rollforge-train/train", "rollforge-evaluate/evaluate"}
+
+
+def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
+    from flows.cli_serve import build_deployments
+
+    args = argparse.Namespace(config="configs/default.yaml", run_id=None, train_cron="0 2 * * *",
+                              train_interval=None, eval_cron="0 */6 * * *", eval_run_dir=None,
+                              no_schedules=False)
+    served = {d.name: d for d in build_deployments(args)}
+    for d in prefect_yaml["deployments"]:
+        s = served[d["name"]]
+        assert s.parameters == d["parameters"]
+        assert [x.schedule.cron for x in s.schedules] == [x["cron"] for x in d["schedules"]]
+        assert s.entrypoint.endswith(d["entrypoint"].split(":")[1])
+    schema = served["train"]._parameter_openapi_schema.model_dump()["properties"]
+    assert {"config_file", "run_id", "iterations", "overrides"} <= set(schema)
+
+
+def test_server_refuses_an_address_other_than_loopback(capsys):
+    assert main(["server", "--host", "0.0.0.0"]) == 2
+    assert "expected a loopback address" in capsys.readouterr().err
+
+
+def test_serve_without_a_server_says_how_to_start_one(capsys, monkeypatch):
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    assert main(["serve"]) == 2
+    assert "rollforge server" in capsys.readouterr().err
+
+
+def test_train_flow_takes_a_config_file_with_overrides_or_a_dict_not_both():
+    from flows.iteration import resolve_config
+
+    cfg = resolve_config(config_file="configs/tiny.yaml", run_id="nightly", iterations=5,
+                         overrides=["rl.lr=1e-4"])
+    assert (cfg.run_id, cfg.iterations, cfg.rl.lr) == ("nightly", 5, 1e-4)
+    again = resolve_config(config=cfg.model_dump(mode="json"), overrides=["iterations=6"])
+    assert again.iterations == 6 and again.run_id == "nightly"
+    with pytest.raises(ValueError, match="not both"):
+        resolve_config(config=cfg.model_dump(mode="json"), config_file="configs/tiny.yaml")
+
+
+def test_hung_rollout_shard_is_cancelled_at_its_deadline():
+    from distributed import Client, LocalCluster
+
+    from flows.rollouts import ShardTimeout, execute_many
+    from rewards.aggregate import RewardConfig
+    from sandbox.config import SandboxConfig
+    from tasks.procedural import generate_suite
+
+    task = generate_suite(["add"], [1], 1)[0]
+    hang = "    import time\n    time.sleep(30)\n    return 0\n"
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        with pytest.raises(ShardTimeout, match="1 of 1 executions unfinished"):
+            execute_many(client, [(task, hang)], SandboxConfig(timeout_s=4),
+                         RewardConfig(per_test_timeout_s=30), timeout_s=1.0)
+
+
+def test_artifacts_render_the_metrics_table_and_the_reward_curve(tmp_path):
+    from flows.artifacts import artifact_key, metrics_table, reward_curve_png, sparkline
+
+    m = pd.DataFrame({"iteration": [0, 1], "rollout/mean_reward": [0.25, 0.5],
+                      "heldout/pass_greedy": [math.nan, 0.5]})
+    assert artifact_key("Default_Run.2", "metrics") == "rollforge-default-run-2-metrics"
+    assert metrics_table(m) == [
+        {"iteration": 0, "reward": 0.25, "held-out greedy": None},
+        {"iteration": 1, "reward": 0.5, "held-out greedy": 0.5}]
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▄█"
+    png = reward_curve_png(m, tmp_path / "plots" / "curve.png")
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "plots" / "curve.png").read_bytes() == png
+    assert not [p for p in os.listdir(tmp_path / "plots") if p.startswith(".")]
