@@ -42,8 +42,15 @@ def make_batch(prompts: list[list[int]], completions: list[list[int]], pad: int,
     return TokenBatch(ids, attn, lm[:, 1:], ids[:, 1:])
 
 
-def token_logprobs(model, batch: TokenBatch, temperature: float = 1.0) -> torch.Tensor:
-    """log p(target_t | prefix) for every position: [B, T-1]."""
+def token_logprobs(model, batch: TokenBatch, temperature: float = 1.0,
+                   banned: list[int] | tuple[int, ...] = ()) -> torch.Tensor:
+    """log p(target_t | prefix) for every position: [B, T-1].
+
+    `banned`: ids the sampler never draws (its distribution renormalises without them); pass the
+    same ids here so the RL importance ratio compares the same distributions (ratio 1 on-policy).
+    """
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logits = logits[:, :-1].float() / temperature
+    if banned:
+        logits[..., list(banned)] = float("-inf")
     return torch.gather(F.log_softmax(logits, -1), -1, batch.targets.unsqueeze(-1)).squeeze(-1)

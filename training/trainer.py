@@ -229,7 +229,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
                            tok.pad_token_id, policy.max_len)
             b.to(engine.device)
-            logp = token_logprobs(engine, b, temperature)
+            logp = token_logprobs(engine, b, temperature, tok.banned_ids)
             old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
             if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
                 adv = _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
@@ -240,7 +240,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                                  rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra)
             if reference is not None:
                 with torch.no_grad():
-                    ref_logp = token_logprobs(reference, b, temperature)
+                    ref_logp = token_logprobs(reference, b, temperature, tok.banned_ids)
                 kl, kinfo = kl_penalty(logp, ref_logp, b.loss_mask, rl.kl_estimator,
                                        rl.loss_aggregation, policy.max_len)
                 loss = loss + rl.kl_coef * kl

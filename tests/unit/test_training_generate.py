@@ -24,7 +24,8 @@ def test_kv_cache_gives_the_same_greedy_completions_as_recomputing():
 
 def test_sampling_logprobs_are_the_tempered_distribution_without_banned_tokens():
     """The sampler never draws PAD/BOS, so its log-probs are of the distribution renormalised
-    without them; the trainer's `token_logprobs` keeps their (small) mass (see the report)."""
+    without them; the trainer's `token_logprobs` given the same banned ids recomputes exactly
+    those log-probs, so the RL importance ratio is 1 on-policy."""
     m = _model()
     g = torch.Generator().manual_seed(0)
     out = sample(m, PROMPTS, 10, temperature=0.7, batch_size=2, generator=g)
@@ -34,8 +35,10 @@ def test_sampling_logprobs_are_the_tempered_distribution_without_banned_tokens()
         logits[..., m.rollforge_tokenizer.banned_ids] = float("-inf")
         lp = logits.log_softmax(-1).gather(-1, b.targets[..., None]).squeeze(-1)
         full = token_logprobs(m, b, temperature=0.7)
+        trainer_lp = token_logprobs(m, b, temperature=0.7, banned=m.rollforge_tokenizer.banned_ids)
     on = b.loss_mask.bool()
-    assert (full[on] <= lp[on] + 1e-6).all()  # the full softmax spreads some mass on banned ids
+    assert (full[on] < lp[on]).all()  # without the ban the softmax spreads some mass on PAD/BOS
+    torch.testing.assert_close(trainer_lp[on], lp[on], atol=1e-6, rtol=0)
     for row, s in enumerate(out):
         start = len(s.prompt_ids) - 1
         got = lp[row, start:start + len(s.completion_ids)]
