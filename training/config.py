@@ -69,10 +69,10 @@ class RLConfig(BaseModel):
         "recomputed from the samples' rewards with a leave-one-out group baseline (Ahmadian et al. "
         "2024), then the clipped surrogate")
     lr: float = Field(3e-4, gt=0, description="learning rate of the RL update (see lr_schedule)")
-    lr_schedule: Literal["inherit", "constant"] = Field(
-        "inherit", description="inherit: the optimizer's learning rate is restored with its state "
-        "from the checkpoint being updated, so after SFT the RL steps run at the warm start's final "
-        "lr and `lr` is not used (the original loop's behaviour); constant: `lr` for every RL step")
+    lr_schedule: Literal["constant", "inherit"] = Field(
+        "constant", description="constant: `lr` for every RL step; inherit: keep the learning "
+        "rate restored with the optimizer state from the checkpoint being updated (after SFT, the "
+        "warm start's final lr) and ignore `lr`")
     epochs: int = Field(2, ge=1, description="passes over each iteration's rollouts")
     micro_batch_size: int = Field(32, ge=1, description="sequences per forward/backward")
     micro_batch_tokens: int | None = Field(

@@ -1,7 +1,9 @@
 """Deployments on a real Prefect server: `rollforge server` on loopback (temporary
 PREFECT_HOME), `rollforge serve` registers the training and evaluation deployments, a run is
 triggered through the REST API with a typed parameter set, and it completes with its
-artifacts (metrics table, reward curve)."""
+artifacts (metrics table, reward curve); then a schedule added to the evaluation deployment
+fires and its run completes with its artifact. The server's scheduler loop and the runner's
+polling are shortened (2 s) so a schedule fires within the test."""
 import json
 import os
 import signal
@@ -69,7 +71,8 @@ def server(tmp_path_factory):
     port = _free_port()
     base = f"http://127.0.0.1:{port}/api"
     env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
-           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
     log = open(home / "server.log", "w")
     proc = subprocess.Popen([*ROLLFORGE, "server", "--port", str(port), "--no-ui"], cwd=ROOT,
                             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -84,7 +87,9 @@ def server(tmp_path_factory):
 def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path):
     base, env, home = server
     serve_log = open(tmp_path / "serve.log", "w")
-    serve = subprocess.Popen([*ROLLFORGE, "serve", "--config", "configs/tiny.yaml"], cwd=ROOT,
+    out = tmp_path / "runs"
+    serve = subprocess.Popen([*ROLLFORGE, "serve", "--config", "configs/tiny.yaml",
+                              "--eval-run-dir", str(out / "tiny")], cwd=ROOT,
                              env=env, stdout=serve_log, stderr=subprocess.STDOUT,
                              start_new_session=True)
     try:
@@ -100,7 +105,6 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
         assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == ["0 */6 * * *"]
         assert set(evaluation["parameter_openapi_schema"]["properties"]) == {"run_dir", "version"}
 
-        out = tmp_path / "runs"
         run = _api(base, "POST", f"/deployments/{train['id']}/create_flow_run", {
             "parameters": {"config_file": "configs/tiny.yaml", "iterations": 1,
                            "overrides": [f"out_dir={out}"]}})
@@ -123,6 +127,21 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
         link = by_key["rollforge-tiny-reward-curve-file"]
         assert (out / "tiny" / "plots" / "reward_curve.png").is_file()
         assert "reward_curve.png" in link["data"]
+
+        # a schedule fires: every 10 s for the evaluation deployment, on the run just made
+        _api(base, "POST", f"/deployments/{evaluation['id']}/schedules",
+             [{"schedule": {"interval": 10.0}, "active": True}])
+
+        def scheduled_eval_done():
+            runs = _api(base, "POST", "/flow_runs/filter", {
+                "deployments": {"id": {"any_": [evaluation["id"]]}},
+                "flow_runs": {"state": {"type": {"any_": ["COMPLETED", "FAILED", "CRASHED"]}}}})
+            return [r for r in runs if r["auto_scheduled"]]
+        fired = _wait("a scheduled evaluation run", scheduled_eval_done, 180, [serve])[0]
+        assert fired["state"]["type"] == "COMPLETED", (tmp_path / "serve.log").read_text()[-4000:]
+        assert fired["parameters"] == {"run_dir": str(out / "tiny")}
+        arts = _api(base, "POST", "/artifacts/filter", {"flow_runs": {"id": {"any_": [fired["id"]]}}})
+        assert [a["key"] for a in arts] == ["rollforge-tiny-evaluation"]
     finally:
         _stop(serve)
         serve_log.close()

@@ -61,8 +61,8 @@ def test_token_budget_micro_batches_give_the_same_step_as_one_micro_batch(base, 
 
 def test_lr_inherit_keeps_the_warm_starts_last_lr_and_constant_uses_rl_lr(base, tmp_path):
     a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
-    inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3), 1.0, 0)
-    const = grpo_update(b, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="constant"), 1.0, 0)
+    inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="inherit"), 1.0, 0)
+    const = grpo_update(b, 0, _samples(), POLICY, RLConfig(lr=1e-3), 1.0, 0)  # the default
     # SFT lr 2e-3, warmup 1, 3 steps: its last step (index 2) ran at 2e-3 * (1 - 0.9 * 1/2)
     assert inherit["train/lr"] == pytest.approx(2e-3 * 0.55)
     assert const["train/lr"] == pytest.approx(1e-3)
