@@ -284,7 +284,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
     executed: list[Executed] = []
     used: list[str] = []
     queue: list[dict] = []
-    rounds, kept_groups = 0, 0
+    rounds, kept_groups, first_share = 0, 0, math.nan
     max_rounds = 1 + (cfg.tasks.refill_rounds if cfg.tasks.dynamic_sampling else 0)
     for rnd in range(max_rounds):
         need = want if rnd == 0 else want - kept_groups
@@ -305,6 +305,8 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
         rounds += 1
         keep = stages.informative_row_mask(rows)
         kept_groups = len({r["group_id"] for r, k in zip(rows, keep) if k})
+        if rnd == 0:  # what the sampler alone achieved, before any refill
+            first_share = kept_groups / max(1, len(rows) // G)
     timed("write_trajectories", write_trajectories, cfg, it, v, rows)
     train_rows = ([r for r, k in zip(rows, stages.informative_row_mask(rows)) if k]
                   if cfg.tasks.dynamic_sampling else rows)
@@ -316,6 +318,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
                "curriculum/rounds": rounds, "curriculum/groups_generated": groups,
                "curriculum/groups_informative": kept_groups,
                "curriculum/informative_share": kept_groups / groups if groups else math.nan,
+               "curriculum/informative_share_first_round": first_share,
                "curriculum/groups_trained": len({r["group_id"] for r in train_rows}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
                                               if rows else math.nan)}
