@@ -78,7 +78,10 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
               f"    {example.expected!r}\n"
               f'    """\n')
     # The split is a pure function of the task's content, so it never depends on sampling order.
-    split = "heldout" if int(h, 16) % 1000 < heldout_fraction * 1000 else "train"
+    # Difficulty is left out: the same constants at two levels are the same function, and must
+    # never sit on both sides of the split.
+    hs = _task_hash(family.name, params, 0)
+    split = "heldout" if int(hs, 16) % 1000 < heldout_fraction * 1000 else "train"
     return Task(task_id=f"proc/{family.name}/{h}", suite="procedural", family=family.name,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,
                 tests=hidden, examples=(example,), reference=family.reference(params, fname))
@@ -106,4 +109,22 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
                 out.setdefault(t.fingerprint(), t)
                 if len(seen) == tasks_per_family:
                     break
+    return sorted(out.values(), key=lambda t: t.task_id)
+
+
+def training_instances(families: list[str], difficulties: list[int], tasks_per_family: int,
+                       n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
+                       variants: int = 1) -> list[Task]:
+    """Training-split tasks drawn with `variants` seeds (seed, seed+1, ...): more constants and
+    freshly drawn examples for the same families, so a warm start cannot memorise examples and
+    must read the docstring. No held-out task can appear: the split depends only on a task's
+    family, constants and difficulty, never on the seed."""
+    if variants < 1:
+        raise ValueError(f"variants={variants}: expected >= 1")
+    out: dict[str, Task] = {}
+    for s in range(seed, seed + variants):
+        for t in generate_suite(families, difficulties, tasks_per_family, n_tests, s,
+                                heldout_fraction):
+            if t.split == "train":
+                out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)

@@ -18,16 +18,17 @@ def _digest(tasks):
 
 
 def test_original_families_generate_exactly_the_pinned_tasks():
-    # Digest of generate_suite(ORIGINAL, [1, 2], 8) since function names became one per family;
+    # Digest of generate_suite(ORIGINAL, [1, 2], 8) since function names became one per family
+    # and the split stopped depending on difficulty;
     # the tiny model of the default run is trained on exactly these tasks, so a change to the
     # generator must be deliberate (update this digest in the same commit).
     tasks = generate_suite(ORIGINAL, [1, 2], 8)
     assert len(tasks) == 112
-    assert _digest(tasks) == "38a46b6eb5951b8a7ab80f3361dcdd8c04a8b075e6cf615378890d356aac4622"
+    assert _digest(tasks) == "f003597ad5f2e881457c894092abd7510edd0913b1262a68840a342920c5ec7c"
     add = next(t for t in tasks if t.task_id == "proc/add/017d07635c51")
     assert add.prompt == ('def add(x):\n    """Return x plus 2.\n    >>> add(100)\n'
                           '    102\n    """\n')
-    assert add.reference == "    return x + 2\n" and add.split == "train"
+    assert add.reference == "    return x + 2\n" and add.split == "heldout"
 
 
 def test_suite_is_reproducible_from_its_seed_and_changes_with_it():
@@ -79,3 +80,15 @@ def test_recursive_family_reference_calls_its_own_function_name():
 def test_unknown_family_is_refused_with_the_known_ones():
     with pytest.raises(ValueError, match="unknown task families \\['nope'\\]; expected"):
         generate_suite(["nope"], [1], 1)
+
+
+def test_training_instances_never_contain_a_heldout_task_of_any_seed():
+    from tasks.procedural import training_instances
+
+    fams = ["add", "mul", "affine", "repeat"]
+    inst = training_instances(fams, [1, 2], 20, seed=0, variants=4)
+    held = {(t.family, t.prompt.splitlines()[1]) for s in range(4)
+            for t in generate_suite(fams, [1, 2], 20, seed=s) if t.split == "heldout"}
+    assert inst and all(t.split == "train" for t in inst)
+    assert not {(t.family, t.prompt.splitlines()[1]) for t in inst} & held
+    assert len(inst) > len([t for t in generate_suite(fams, [1, 2], 20) if t.split == "train"])
