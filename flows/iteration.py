@@ -70,8 +70,10 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
             try:
                 out = fn(*args, **kwargs)
             except BaseException as exc:
-                stages.journal(run_dir, stage, "failed", error=f"{type(exc).__name__}: {exc}"[:300],
-                               **where)
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                if type(exc).__name__ == "CancelledError" and timeout_s:
+                    error = f"deadline of {timeout_s:g} s passed ({error})"  # Prefect's timeout
+                stages.journal(run_dir, stage, "failed", error=error, **where)
                 raise
             stages.journal(run_dir, stage, "end", seconds=round(time.perf_counter() - t0, 3),
                            **where)

@@ -176,3 +176,55 @@ def test_execution_metrics_worked_by_hand(executed_group):
     assert "cluster/queued_max" not in stages.execution_metrics(ex, 2.0, 2, [])
     assert math.isclose(m["sandbox/busy_s"], 2.0)
     assert np.isfinite(m["cluster/processing_mean"])
+
+
+def test_every_stage_has_retries_with_exponential_backoff_and_a_deadline():
+    from flows import iteration as it
+
+    for s in (it.sft_stage, it.generate_tasks, it.sample_completions, it.run_rollouts,
+              it.score_rollouts, it.write_trajectories, it.update_policy, it.evaluate,
+              it.checkpoint):
+        assert s.retries >= 1, s.name
+        assert s.retry_delay_seconds == [2, 4, 8][:s.retries], s.name  # 2 s, doubling
+        assert s.persist_result and s.cache_key_fn is not None, s.name
+        # shards run in threads, where Prefect cannot interrupt them: they carry their own
+        # deadline into execute_many (see test_hung_rollout_shard_is_cancelled_at_its_deadline)
+        assert s.timeout_seconds or s.name == "run_rollouts", s.name
+    assert "deadline_s" in it.run_rollouts.fn.__wrapped__.__code__.co_varnames
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(300, method="thread")  # pytest-timeout's signal method would own SIGALRM
+def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
+    """A real Prefect run (temporary API): a stage built like the flow's, that hangs, is cut
+    off by its deadline, retried after the backoff, cut off again, and the flow fails.
+    Prefect interrupts a stage the flow calls directly with SIGALRM (main thread, no other
+    alarm handler installed: as under `rollforge run` and `rollforge serve`)."""
+    import time as _time
+
+    from prefect import flow
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.iteration import _stage
+
+    @_stage("hang_probe", retries=1, timeout_s=1)
+    def hang(cfg, iteration: int) -> int:
+        _time.sleep(60)
+        return 1
+
+    @flow
+    def probe(cfg):
+        return hang(cfg, 0)
+
+    run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
+    t0 = _time.monotonic()
+    with prefect_test_harness(server_startup_timeout=180):
+        state = probe(run_cfg, return_state=True)
+    assert state.is_failed()
+    recs = stages.read_journal(run_cfg.run_dir)
+    assert [r["event"] for r in recs] == ["start", "failed", "start", "failed"]
+    assert [r["error"] for r in recs if r["event"] == "failed"] == [
+        "deadline of 1 s passed (CancelledError: )"] * 2
+    gap = recs[2]["t"] - recs[1]["t"]
+    assert 1.5 <= gap < 30  # the 2 s backoff (20% jitter), then the retry
+    assert _time.monotonic() - t0 < 120  # never the stage's 60 s, twice
