@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -33,6 +34,7 @@ def main() -> int:
     ap.add_argument("--rollouts", type=int, default=1000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--shard-size", type=int, default=64)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary store afterwards")
     args = ap.parse_args()
 
     from distributed import wait
@@ -116,6 +118,8 @@ def main() -> int:
     print(f"  of which the rollout stage (shards):  {info['rollouts_s']:7.2f} s")
     print(f"ratio flow / plain:                     {flow_s / plain_s:7.2f}x   (target <= 1.30x)")
     print(f"ratio rollout stage / plain:            {info['rollouts_s'] / plain_s:7.2f}x")
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
     return 0
 
 
