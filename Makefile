@@ -9,7 +9,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DS_ACCELERATOR := cpu
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run test test-fast bench bench-all server serve clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,21 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/bench_stages.py
+
+# Every benchmark, one after the other (each prints its figure beside its baseline).
+bench-all: setup
+	$(PY) bench/bench_sandbox.py
+	$(PY) bench/bench_eval.py --repeats 3
+	$(PY) bench/bench_store.py --rows 100000
+	$(PY) bench/bench_training.py
+	$(PY) bench/bench_orchestration.py
+	$(PY) bench/bench_stages.py
+
+server: setup
+	$(VENV)/bin/rollforge server
+
+serve: setup
+	$(VENV)/bin/rollforge serve $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs
