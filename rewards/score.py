@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
+from rewards.dataframe_tests import run_dataframe_tests
 from rewards.humaneval_tests import run_humaneval_tests
 from rewards.io_tests import TestReport, run_io_tests
 from rewards.static_checks import check_static
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
-VERIFIERS = {"io": run_io_tests, "humaneval": run_humaneval_tests}
+VERIFIERS = {"io": run_io_tests, "humaneval": run_humaneval_tests,
+             "dataframe": run_dataframe_tests}
 
 
 def score(task: Task, completion: str, sandbox: Sandbox, limits: Limits, cfg: RewardConfig,

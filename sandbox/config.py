@@ -28,6 +28,9 @@ class SandboxConfig(BaseModel):
     use_cgroups: bool = Field(True, description="process backend: use cgroup v1 memory/pids "
                               "groups where writable (else rlimits stand in)")
     tmp_mb: int = Field(64, gt=0, description="process backend: size of the private /tmp")
+    site_packages: bool = Field(False, description="process backend: show the interpreter's "
+                                "site-packages read-only inside the sandbox (data-analysis tasks "
+                                "need pandas); off, only the standard library is importable")
     pool_size: int = Field(2, ge=0, description="docker backend: warm containers kept per "
                            "limit pair; 0 starts a fresh container per execution (cold)")
     cpus: float = Field(1.0, gt=0, description="docker backend: CPU limit of one container")

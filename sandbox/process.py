@@ -40,10 +40,20 @@ _SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "T
 _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
 
 
+def _site_packages(python: str) -> list[str]:
+    """The interpreter's site-packages folders (asked of it, so a venv reports its own)."""
+    if python == sys.executable:
+        import site
+        return [p for p in site.getsitepackages() if os.path.isdir(p)]
+    out = subprocess.run([python, "-c", "import site; print('\\n'.join(site.getsitepackages()))"],
+                         capture_output=True, text=True, timeout=30).stdout
+    return [p for p in out.splitlines() if os.path.isdir(p)]
+
+
 def _interpreter_paths(python: str) -> tuple[str, str]:
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         return sys.base_prefix, sys.prefix
-    code = "import sys; print(sys.base_prefix); print(sys.prefix)"
+    code = "import sys; print(sys.base_prefix); print(sys.prefix)"  # noqa: the interpreter's own
     out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True,
                          check=True).stdout.split("\n")
     return out[0], out[1]
@@ -56,8 +66,9 @@ class ProcessSandbox:
 
     def __init__(self, python: str | None = None, *, use_bwrap: bool = True,
                  use_cgroups: bool = True, tmp_mb: int = 64, strict: bool = False,
-                 host: HostSupport | None = None) -> None:
+                 host: HostSupport | None = None, site_packages: bool = False) -> None:
         self.python = python or sys.executable
+        self.site_packages = site_packages
         self.tmp_mb = tmp_mb
         self.host = note_kill_tree(host or probe(use_bwrap=use_bwrap, use_cgroups=use_cgroups))
         self.protections: tuple[str, ...] = self.host.applied
@@ -86,6 +97,8 @@ class ProcessSandbox:
         binds = [] if base.startswith("/usr/") else [base]
         if prefix != base:  # a venv: its bin/ and pyvenv.cfg only, not its site-packages
             binds += [os.path.join(prefix, "bin"), os.path.join(prefix, "pyvenv.cfg")]
+            if self.site_packages:  # read-only, for tasks that need e.g. pandas
+                binds += [p for p in _site_packages(self.python) if p.startswith(prefix)]
         made: set[str] = set()
         for path in binds:
             # bwrap would make the missing parents 0700 root, closing them to the private uid.

@@ -11,7 +11,8 @@ def _process(cfg: SandboxConfig) -> Sandbox:
     from sandbox.process import ProcessSandbox
 
     return ProcessSandbox(use_bwrap=cfg.use_bwrap, use_cgroups=cfg.use_cgroups,
-                          tmp_mb=cfg.tmp_mb, strict=cfg.strict)
+                          tmp_mb=cfg.tmp_mb, strict=cfg.strict,
+                          site_packages=cfg.site_packages)
 
 
 def _docker(cfg: SandboxConfig) -> Sandbox:

@@ -130,7 +130,7 @@ def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=Non
         from sandbox.config import SandboxConfig
         from sandbox.registry import make_sandbox
 
-        cfg = SandboxConfig()
+        cfg = SandboxConfig(site_packages=any(t.verifier == "dataframe" for t in tasks))
         sandbox, limits = make_sandbox(cfg), limits or cfg.limits()
     if limits is None:
         from sandbox.base import Limits

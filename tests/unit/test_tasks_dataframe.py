@@ -60,3 +60,19 @@ def test_sandbox_grades_it_or_reports_infra_error_never_a_false_zero(completion,
         assert "pandas" in (report.load_error or "") and set(report.outcomes) == {"missing"}
     else:
         assert (report.passed == len(t.tests)) is solved
+
+
+@pytest.mark.parametrize("completion,solved", [("reference", True), ("    pass\n", False)])
+def test_sandbox_with_site_packages_grades_pandas_solutions(completion, solved):
+    from rewards.score import score
+
+    t = generate_dataframe_suite(["df_rank"], [1], 1)[0]
+    cfg = SandboxConfig(site_packages=True)
+    sb = make_sandbox(cfg)
+    try:
+        b, report = score(t, t.reference if completion == "reference" else completion, sb,
+                          cfg.limits(), RewardConfig())
+    finally:
+        sb.close()
+    assert not report.infra_error, report.load_error
+    assert b.solved is solved and b.hack_flags == ()
