@@ -53,4 +53,7 @@ def token_logprobs(model, batch: TokenBatch, temperature: float = 1.0,
     logits = logits[:, :-1].float() / temperature
     if banned:
         logits[..., list(banned)] = float("-inf")
-    return torch.gather(F.log_softmax(logits, -1), -1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    lp = torch.gather(F.log_softmax(logits, -1), -1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    if banned:  # a banned target (PAD after a sequence ends) has -inf: keep it out of the sums
+        lp = lp.masked_fill(batch.loss_mask == 0, 0.0)
+    return lp

@@ -41,11 +41,16 @@ def test_ledger_refuses_rows_missing_a_column(pool):
 
 
 def test_weights_favour_sometimes_solved_tasks_over_always_or_never_solved(pool):
-    easy, mid, hard = pool[0], pool[1], pool[2]
+    # three tasks of one family and level, so only their own histories tell them apart
+    same = [t for t in pool if (t.family, t.difficulty) == (pool[0].family, pool[0].difficulty)]
+    easy, mid, hard = same[:3]
     rows = pd.concat([_rows(easy, 0, [1.0] * 8), _rows(mid, 0, [1.0, 0.0] * 4),
                       _rows(hard, 0, [0.0] * 8)])
     w = task_weights([easy, mid, hard], DifficultyLedger.from_trajectories(rows))
-    assert w[1] > 3 * w[0] and w[1] > 3 * w[2]
+    # One group of 8 is weak evidence: the ledger's smoothed solve rates (about 0.9 and 0.1)
+    # still leave the extremes a 57% chance of an informative group, against ~100% for `mid`.
+    assert w[1] > 1.5 * w[0] and w[1] > 1.5 * w[2]
+    assert w[0] == pytest.approx(w[2])
     assert min(w) > 0  # nothing is starved for good: solved tasks get revisited
 
 
