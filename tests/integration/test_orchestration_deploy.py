@@ -95,7 +95,9 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
     try:
         train = _wait("the train deployment", lambda: _api(
             base, "GET", "/deployments/name/rollforge-train/train"), 120, [serve])
-        evaluation = _api(base, "GET", "/deployments/name/rollforge-evaluate/evaluate")
+        # serve registers the two one after the other: wait for the second as well
+        evaluation = _wait("the evaluate deployment", lambda: _api(
+            base, "GET", "/deployments/name/rollforge-evaluate/evaluate"), 60, [serve])
         # typed parameters (the UI's form) and schedules are registered
         props = train["parameter_openapi_schema"]["properties"]
         assert {"config_file", "run_id", "iterations", "overrides"} <= set(props)
