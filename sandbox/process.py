@@ -134,10 +134,12 @@ class ProcessSandbox:
                 ns.append("--unshare-user")
             if status_fd is not None:
                 ns += ["--json-status-fd", str(status_fd)]
-            ns += self._binds
+            # The private /tmp first, the interpreter's binds after it: an interpreter that
+            # lives under /tmp (a checkout there) stays visible on top of the fresh tmpfs.
             ns += ["--proc", "/proc", "--dev", "/dev",
-                   "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-                   "--bind", workdir, self._mount, "--remount-ro", "/", "--chdir", self._mount,
+                   "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+            ns += self._binds
+            ns += ["--bind", workdir, self._mount, "--remount-ro", "/", "--chdir", self._mount,
                    "--setenv", "HOME", self._mount, "--"]
             inner = ns + inner
         elif h.unshare:
