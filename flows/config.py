@@ -30,6 +30,10 @@ class TaskConfig(BaseModel):
     heldout_fraction: float = Field(0.2, gt=0, lt=1, description="share of tasks held out")
     tasks_per_iteration: int = Field(32, ge=1, description="training tasks sampled per iteration")
     heldout_samples: int = Field(4, ge=1, description="sampled completions per held-out task at eval")
+    sft_variants: int = Field(8, ge=1, description="seeds whose training-split tasks make the SFT "
+                              "data: more constants and fresh docstring examples per family, so the "
+                              "warm start learns to read the docstring instead of memorising "
+                              "examples (held-out tasks never appear, whatever the seed)")
     seed: int = 0
     sampler: Literal["curriculum", "uniform"] = Field(
         "curriculum", description="curriculum: tasks weighted by the chance their group is "

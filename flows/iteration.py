@@ -89,7 +89,7 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
 def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     if checkpoints.exists(cfg.run_dir, 0):
         return {"sft/reused": True}
-    train = [t for t in stages.task_pool(cfg.tasks) if t.split == "train" and t.reference]
+    train = [t for t in stages.sft_tasks(cfg.tasks) if t.reference]
     return sft_warm_start(cfg.run_dir, [t.prompt for t in train], [t.reference for t in train],
                           cfg.policy, cfg.sft, cfg.rl, cfg.seed)
 

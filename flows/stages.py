@@ -19,7 +19,7 @@ from rewards.aggregate import group_advantages
 from storage.schema import SCHEMA_VERSION  # noqa: F401  (rows are stamped by the store)
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
-from tasks.procedural import generate_suite
+from tasks.procedural import generate_suite, training_instances
 from tasks.record import Task
 from training.generate import Sample
 
@@ -40,6 +40,13 @@ def code_version() -> str:
 def task_pool(cfg: TaskConfig) -> list[Task]:
     return generate_suite(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
                           cfg.seed, cfg.heldout_fraction)
+
+
+def sft_tasks(cfg: TaskConfig) -> list[Task]:
+    """The warm start's data: training-split tasks drawn with `sft_variants` seeds (more
+    constants and fresh examples per family), never a held-out task."""
+    return training_instances(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
+                              cfg.seed, cfg.heldout_fraction, cfg.sft_variants)
 
 
 def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
