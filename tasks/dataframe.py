@@ -178,7 +178,10 @@ def make_df_task(family: str, params: Params, difficulty: int, n_tests: int, see
               f"    >>> {fname}(pd.DataFrame({example_cols!r}))\n"
               f"    {example.expected!r}\n"
               f'    """\n')
-    split = "heldout" if int(h, 16) % 1000 < heldout_fraction * 1000 else "train"
+    # As in the procedural suite: the split ignores difficulty (params carry the level), so the
+    # same question drawn at two difficulties can never sit on both sides.
+    hs = _hash(family, params, 0)
+    split = "heldout" if int(hs, 16) % 1000 < heldout_fraction * 1000 else "train"
     return Task(task_id=f"df/{family}/{h}", suite="dataframe", family=family,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,
                 tests=tuple(cases), examples=(example,),
