@@ -171,6 +171,7 @@ def evaluate(cfg: RunConfig, version: int) -> dict:
     for fam in sorted(set(t.family for t in tasks)):
         out[f"heldout/{fam}/pass_greedy"] = g_rates.get(fam, math.nan)
         out[f"heldout/{fam}/pass_sampled"] = s_rates.get(fam, math.nan)
+        out[f"heldout/{fam}/tasks"] = sum(t.family == fam for t in tasks)
     return out
 
 

@@ -42,11 +42,13 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
     b, f = result["baseline"], result["final"]
     fams = sorted({k.split("/")[1] for k in b if k.count("/") == 2})
     out = [iteration_table(metrics), "",
-           f"held-out pass rate ({b['heldout/tasks']} tasks)   SFT start (v0)   after RL (v{result['iterations']})"]
-    out.append(f"  greedy                          {b['heldout/pass_greedy']:.3f}            {f['heldout/pass_greedy']:.3f}")
-    out.append(f"  sampled                         {b['heldout/pass_sampled']:.3f}            {f['heldout/pass_sampled']:.3f}")
+           f"held-out pass rate ({b['heldout/tasks']} tasks)       SFT start (v0)   after RL (v{result['iterations']})"]
+    out.append(f"  greedy                              {b['heldout/pass_greedy']:.3f}            {f['heldout/pass_greedy']:.3f}")
+    out.append(f"  sampled                             {b['heldout/pass_sampled']:.3f}            {f['heldout/pass_sampled']:.3f}")
     for fam in fams:
-        out.append(f"  {fam:<12} greedy / sampled  {b[f'heldout/{fam}/pass_greedy']:.3f} / "
+        n = b.get(f"heldout/{fam}/tasks")
+        label = f"{fam} ({n})" if n is not None else fam
+        out.append(f"  {label:<16} greedy / sampled  {b[f'heldout/{fam}/pass_greedy']:.3f} / "
                    f"{b[f'heldout/{fam}/pass_sampled']:.3f}    {f[f'heldout/{fam}/pass_greedy']:.3f} / "
                    f"{f[f'heldout/{fam}/pass_sampled']:.3f}")
     return "\n".join(out)
