@@ -21,9 +21,8 @@ def staging_dir(run_dir: str, version: int) -> Path:
     return p
 
 
-def publish(staging: Path, final: Path, meta: dict) -> Path:
-    """Write meta.json into `staging`, then move it to `final` (replacing an older copy)."""
-    (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+def swap_in(staging: Path, final: Path) -> Path:
+    """Move the finished folder `staging` to `final` by renames, replacing an older copy."""
     if final.exists():
         trash = final.with_name(f".trash-{final.name}-{uuid.uuid4().hex[:8]}")
         os.rename(final, trash)
@@ -32,6 +31,12 @@ def publish(staging: Path, final: Path, meta: dict) -> Path:
     else:
         os.rename(staging, final)
     return final
+
+
+def publish(staging: Path, final: Path, meta: dict) -> Path:
+    """Write meta.json into `staging`, then move it to `final` (replacing an older copy)."""
+    (staging / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True))
+    return swap_in(staging, final)
 
 
 def exists(run_dir: str, version: int) -> bool:

@@ -4,8 +4,6 @@ weights, a tokenizer `AutoTokenizer` loads (the byte tokenizer becomes an equiva
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import uuid
 from pathlib import Path
 
@@ -85,11 +83,4 @@ def export_checkpoint(run_dir: str, version: str | int, out_dir: str, from_engin
         "run_dir": str(Path(run_dir).resolve()), "version": v, "kind": meta.get("kind"),
         "weights": "engine (fp32 master, consolidated)" if from_engine else "model/",
         "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}, indent=2))
-    if out.exists():
-        trash = out.with_name(f".{out.name}.old-{uuid.uuid4().hex[:8]}")
-        os.rename(out, trash)
-        os.rename(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
-    return out
+    return checkpoints.swap_in(tmp, out)
