@@ -327,6 +327,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
                                               if rows else math.nan)}
     if _eval_due(cfg, it):
         metrics.update(timed("evaluate", evaluate, cfg, v + 1))
+        metrics["time/evaluate_s"] = timings["time/evaluate_s"]  # taken after the copy above
     metrics["policy_version"] = v + 1
     metrics["time/iteration_s"] = time.perf_counter() - t_iter
     checkpoint.with_options(**opts)(cfg, it, v, metrics)
