@@ -80,6 +80,9 @@ def test_checkpoints_and_resolved_config_are_saved(first_run):
     m = read_metrics(str(run_dir))
     assert list(m["iteration"]) == [0, 1]
     assert not math.isnan(m["heldout/pass_sampled"].iloc[-1])
+    for stage in ("sample", "run_rollouts", "score", "write_trajectories", "update_policy",
+                  "evaluate"):  # per-stage seconds (tiny.yaml evaluates every iteration)
+        assert (m[f"time/{stage}_s"] > 0).all(), stage
     assert "held-out pass rate" in proc.stdout and "SFT start" in proc.stdout
 
 
