@@ -43,4 +43,9 @@ def _run(args: argparse.Namespace) -> int:
           f"{cfg.out_dir} \"SELECT ...\")")
     print(f"checkpoints:  {cfg.run_dir}/checkpoints/   metrics: {cfg.run_dir}/metrics/   "
           f"config: {cfg.run_dir}/config.yaml")
+    from pathlib import Path
+
+    curve = Path(cfg.run_dir) / "plots" / "reward_curve.png"
+    if curve.is_file():
+        print(f"reward curve: {curve}")
     return 0
