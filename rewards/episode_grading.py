@@ -1,0 +1,55 @@
+"""The final grade of an agent episode: `solution.py` from its workspace, scored by the hidden
+tests in a fresh sandbox with `rewards.score.score`.
+
+Only that one file's text is taken; every other file the agent wrote (a fake `harness.py`, an
+`inputs.json`, a `conftest.py`) stays behind, because `score` builds its own sandbox files.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+from typing import Callable, Mapping
+
+from rewards.aggregate import RewardConfig
+from rewards.score import score
+from sandbox.base import Limits, Sandbox
+from tasks.record import Task
+
+SOLUTION = "solution.py"
+
+
+def completion_from_file(task: Task, source: str) -> str:
+    """The completion that, appended to `task.prompt`, gives the agent's `solution.py`.
+
+    The agent writes a whole file. If it starts with the prompt, the rest is the completion;
+    otherwise the whole file follows the prompt and its `def` replaces the prompt's stub (an
+    indented `pass` first closes a prompt that ends at the signature).
+    """
+    if source.startswith(task.prompt):
+        return source[len(task.prompt):]
+    for candidate in (source, "    pass\n" + source):
+        try:
+            ast.parse(task.prompt + candidate)
+            return candidate
+        except (SyntaxError, ValueError):
+            continue
+    return source  # does not parse: scored as the syntax error it is
+
+
+def grade_files(task: Task, files: Mapping[str, str], sandbox: Sandbox, limits: Limits,
+                cfg: RewardConfig) -> dict:
+    """The `RewardBreakdown` of the workspace's solution.py as a plain dict (plus `solved`)."""
+    source = files.get(SOLUTION)
+    if source is None:
+        return {"reward": 0.0, "pass_fraction": 0.0, "tests_passed": 0,
+                "tests_total": len(task.tests), "status": "missing_solution", "solved": False,
+                "infra_error": False, "hack_flags": ()}
+    bd, _ = score(task, completion_from_file(task, source), sandbox, limits, cfg)
+    return dict(dataclasses.asdict(bd), solved=bd.solved)
+
+
+def make_grader(sandbox: Sandbox, limits: Limits, cfg: RewardConfig | None = None
+                ) -> Callable[[Task, Mapping[str, str]], dict]:
+    """A `grade(task, files)` for `sandbox.episode.EpisodeEnv`."""
+    cfg = cfg or RewardConfig()
+    return lambda task, files: grade_files(task, files, sandbox, limits, cfg)

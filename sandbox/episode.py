@@ -1,0 +1,367 @@
+"""Multi-turn agent episodes: the model edits files, runs the visible tests, reads the errors,
+tries again, and submits.
+
+`EpisodeEnv` has a gym-like interface (`reset(task) -> observation`,
+`step(action_text) -> (observation, done, info)`). The episode's workspace is a dict
+path -> content held here; every command runs in a *fresh* sandbox execution over those files
+and the files it changed or made are read back, so no sandbox outlives a turn and nothing leaks
+when an episode ends or fails. The final grade is an injected `grade(task, files) -> dict`
+(see `rewards/episode_grading.py`), so this module needs only `sandbox.base`. The action format
+is documented in `sandbox/EPISODES.md`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from sandbox.base import ExecResult, Limits, Sandbox
+from sandbox.workspace import check_relpath
+
+Grader = Callable[[Any, Mapping[str, str]], dict]
+
+_RESERVED = "_episode_"  # prefix of the env's own helper files; the agent may not write them
+_MANIFEST = "_episode_files.json"
+_MAX_FILES = 32
+_MAX_WORKSPACE_BYTES = 512 * 1024
+
+INSTRUCTIONS = """\
+You are working in a small workspace. Write the function below into `solution.py` (the whole
+function, signature included), check it, and submit. Each turn, reply with one or more actions;
+text outside actions is ignored. Actions run in order:
+
+<write path="solution.py">
+...file content...
+</write>                      create or replace a file
+<run_tests/>                  run the visible examples against solution.py
+<run>python FILE.py ARGS</run>  run a Python file of the workspace
+<submit/>                     end the episode; hidden tests grade solution.py (must be last)
+
+The episode ends at <submit/>, after {max_turns} turns, or after {budget:.0f} s of running time.
+"""
+
+# Runs the task's visible examples in the sandbox: loads solution.py, calls the entry point,
+# prints one line per example. The examples are visible to the agent, so their expected values
+# may sit in the sandbox; the final grade never uses this.
+_CHECK_SOURCE = r'''
+import json, math, sys, traceback
+entry = sys.argv[1]
+with open("_episode_examples.json") as fh:
+    examples = json.load(fh)
+def same(e, a):
+    if isinstance(e, bool) or isinstance(a, bool):
+        return type(e) is type(a) and e == a
+    if isinstance(e, float) or isinstance(a, float):
+        return isinstance(a, (int, float)) and isinstance(e, (int, float)) and math.isclose(e, a, rel_tol=1e-6, abs_tol=1e-9)
+    if isinstance(e, list):
+        return isinstance(a, (list, tuple)) and len(a) == len(e) and all(same(x, y) for x, y in zip(e, a))
+    if isinstance(e, dict):
+        return isinstance(a, dict) and a.keys() == e.keys() and all(same(e[k], a[k]) for k in e)
+    return type(e) is type(a) and e == a
+ns = {"__name__": "solution"}
+try:
+    with open("solution.py") as fh:
+        exec(compile(fh.read(), "solution.py", "exec"), ns)
+    fn = ns[entry]
+except BaseException:
+    print("LOAD ERROR: solution.py could not be loaded or does not define %s" % entry)
+    traceback.print_exc(limit=3, file=sys.stdout)
+    sys.exit(1)
+passed = 0
+for i, ex in enumerate(examples):
+    call = "%s(%s)" % (entry, ", ".join(repr(a) for a in ex["args"]))
+    try:
+        got = fn(*ex["args"])
+    except BaseException as exc:
+        print("FAIL %s raised %s: %s" % (call, type(exc).__name__, exc))
+        traceback.print_exc(limit=-2, file=sys.stdout)
+        continue
+    if same(ex["expected"], got):
+        passed += 1
+        print("PASS %s == %r" % (call, got))
+    else:
+        print("FAIL %s returned %r, expected %r" % (call, got, ex["expected"]))
+print("%d/%d visible examples passed" % (passed, len(examples)))
+sys.exit(0 if passed == len(examples) else 1)
+'''
+
+# Runs one workspace file as __main__, then packs the workspace's text files into a manifest so
+# that files the program made, changed or removed come back (collect needs names in advance).
+_RUN_SOURCE = r'''
+import json, os, runpy, sys
+target, args = sys.argv[1], sys.argv[2:]
+sys.argv = [target] + args
+sys.path.insert(0, os.getcwd())
+code = 0
+try:
+    runpy.run_path(target, run_name="__main__")
+except SystemExit as exc:
+    code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    if not isinstance(exc.code, (int, type(None))):
+        print(exc.code, file=sys.stderr)
+except BaseException:
+    import traceback
+    traceback.print_exc()
+    code = 1
+finally:
+    files = {}
+    for root, dirs, names in os.walk("."):
+        dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+        for n in names:
+            rel = os.path.normpath(os.path.join(root, n))
+            if rel.startswith("_episode_") or os.path.islink(rel) or len(files) >= 64:
+                continue
+            try:
+                with open(rel, encoding="utf-8") as fh:
+                    files[rel] = fh.read(%(cap)d + 1)
+            except (OSError, UnicodeDecodeError):
+                pass
+    with open("_episode_files.json", "w") as fh:
+        json.dump(files, fh)
+sys.exit(code)
+'''
+
+_ACTION = re.compile(
+    r'<write\s+path\s*=\s*"(?P<path>[^"]*)"\s*>(?P<body>.*?)</write>'
+    r"|<run_tests\s*/>"
+    r"|<run>(?P<cmd>.*?)</run>"
+    r"|<submit\s*/>",
+    re.S,
+)
+_STRAY = re.compile(r"</?(write|run_tests|run|submit)\b[^>]*>?")
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: str  # "write" | "run_tests" | "run" | "submit"
+    path: str = ""
+    body: str = ""
+    argv: tuple[str, ...] = ()
+
+
+class ActionError(ValueError):
+    """The agent's text could not be read as actions; the message is shown to it."""
+
+
+def _strip_fence(body: str) -> str:
+    if body.startswith("\n"):
+        body = body[1:]
+    m = re.fullmatch(r"\s*```[\w+-]*\n(.*?)\n?```\s*", body, re.S)
+    return m.group(1) + "\n" if m else body
+
+
+def parse_actions(text: str, files: Mapping[str, str]) -> list[Action]:
+    """The actions in `text`, in order; raise `ActionError` saying what is wrong, if anything."""
+    actions: list[Action] = []
+    pos = 0
+    for m in _ACTION.finditer(text):
+        _check_gap(text[pos:m.start()])
+        pos = m.end()
+        tag = m.group(0)
+        if tag.startswith("<write"):
+            path = m.group("path").strip()
+            try:
+                path = check_relpath(path)
+            except ValueError as exc:
+                raise ActionError(f"<write path={path!r}>: {exc}")
+            if path.startswith(_RESERVED):
+                raise ActionError(f"<write path={path!r}>: names starting with {_RESERVED!r} are "
+                                  "reserved for the environment")
+            actions.append(Action("write", path=path, body=_strip_fence(m.group("body"))))
+        elif tag.startswith("<run_tests"):
+            actions.append(Action("run_tests"))
+        elif tag.startswith("<run>"):
+            actions.append(Action("run", argv=_check_command(m.group("cmd"), files, actions)))
+        else:
+            actions.append(Action("submit"))
+    _check_gap(text[pos:])
+    if not actions:
+        raise ActionError("no action found; expected at least one of <write path=\"...\">...</write>, "
+                          "<run_tests/>, <run>python FILE.py</run>, <submit/>")
+    if any(a.kind == "submit" for a in actions[:-1]):
+        raise ActionError("<submit/> must be the last action of the turn")
+    return actions
+
+
+def _check_gap(gap: str) -> None:
+    m = _STRAY.search(gap)
+    if m:
+        raise ActionError(f"could not read {m.group(0)!r}: expected <write path=\"FILE\">...</write>"
+                          ", <run_tests/>, <run>python FILE.py</run> or <submit/> (is a closing "
+                          "tag missing?)")
+
+
+def _check_command(cmd: str, files: Mapping[str, str], earlier: list[Action]) -> tuple[str, ...]:
+    try:
+        argv = shlex.split(cmd)
+    except ValueError as exc:
+        raise ActionError(f"<run>{cmd}</run>: cannot split the command: {exc}")
+    if len(argv) < 2 or argv[0] not in ("python", "python3") or not argv[1].endswith(".py"):
+        raise ActionError(f"<run>{cmd}</run>: only `python FILE.py [ARGS...]` is allowed")
+    try:
+        target = check_relpath(argv[1])
+    except ValueError as exc:
+        raise ActionError(f"<run>{cmd}</run>: {exc}")
+    if target not in files and not any(a.kind == "write" and a.path == target for a in earlier):
+        raise ActionError(f"<run>{cmd}</run>: no file {target!r} in the workspace "
+                          f"(files: {sorted(files)})")
+    return (target, *argv[2:])
+
+
+def truncate(text: str, max_bytes: int) -> str:
+    """`text` cut to `max_bytes` UTF-8 bytes, with a marker that says so."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    marker = f"\n...[truncated: {len(data)} bytes, showing the first {{}}]\n"
+    keep = max(0, max_bytes - len(marker.format(max_bytes).encode()))
+    return data[:keep].decode(errors="ignore") + marker.format(keep)
+
+
+class EpisodeEnv:
+    """One agent episode at a time over a task; see the module docstring."""
+
+    def __init__(self, sandbox: Sandbox, limits: Limits, grade: Grader, max_turns: int = 8,
+                 time_budget_s: float = 60.0, obs_bytes: int = 4096) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns!r}")
+        if time_budget_s <= 0:
+            raise ValueError(f"time_budget_s must be > 0, got {time_budget_s!r}")
+        if obs_bytes < 256:
+            raise ValueError(f"obs_bytes must be >= 256 (room for an error message), "
+                             f"got {obs_bytes!r}")
+        self.sandbox, self.limits, self.grade = sandbox, limits, grade
+        self.max_turns, self.time_budget_s, self.obs_bytes = max_turns, time_budget_s, obs_bytes
+        self.task: Any = None
+        self.files: dict[str, str] = {}
+        self.turn = 0
+        self.done = True
+        self.used_s = 0.0  # seconds spent in steps so far (the time budget counts these)
+        self.history: list[dict] = []
+
+    def reset(self, task: Any) -> str:
+        """Start an episode on `task` (a `tasks.record.Task`); return the first observation."""
+        self.task = task
+        self.files = {"solution.py": task.prompt}
+        self.turn, self.used_s, self.done, self.history = 0, 0.0, False, []
+        examples = "".join(f"  {task.entry_point}({', '.join(repr(a) for a in ex.args)}) == "
+                           f"{ex.expected!r}\n" for ex in task.examples) or "  (none)\n"
+        obs = (INSTRUCTIONS.format(max_turns=self.max_turns, budget=self.time_budget_s)
+               + f"\nTask: implement `{task.entry_point}` in solution.py.\n\n{task.prompt}\n"
+               + f"Visible examples (<run_tests/> checks these):\n{examples}"
+               + "solution.py now holds the prompt above.\n")
+        return truncate(obs, self.obs_bytes)
+
+    def step(self, action_text: str) -> tuple[str, bool, dict]:
+        if self.task is None or self.done:
+            raise RuntimeError("step() needs an episode in progress: call reset(task) first")
+        start = time.monotonic()
+        self.turn += 1
+        info: dict = {"turn": self.turn, "actions": [], "infra_error": False}
+        parts: list[str] = []
+        submitted = False
+        try:
+            actions = parse_actions(action_text, self.files)
+        except ActionError as exc:
+            info["action"] = "malformed"
+            parts.append(f"Malformed action: {exc}")
+        else:
+            info["action"] = actions[0].kind
+            info["actions"] = [a.kind for a in actions]
+            for a in actions:
+                if a.kind == "submit":
+                    submitted = True
+                    break
+                parts.append(self._do(a, start, info))
+        info["seconds"] = time.monotonic() - start
+        self.used_s += info["seconds"]
+        reason = ("submit" if submitted else "max_turns" if self.turn >= self.max_turns
+                  else "time_budget" if self.used_s >= self.time_budget_s else None)
+        if reason:
+            self.done = True
+            info["end_reason"] = reason
+            grade = self.grade(self.task, dict(self.files))
+            info["grade"] = grade
+            info["reward"] = grade.get("reward")
+            parts.append(f"Episode over ({reason}). Final reward: {grade.get('reward')!r}.")
+        else:
+            left = self.max_turns - self.turn
+            parts.append(f"[turn {self.turn}/{self.max_turns}; {left} left]")
+        self.history.append(info)
+        return truncate("\n".join(parts), self.obs_bytes), self.done, info
+
+    # -- actions --------------------------------------------------------------------------
+    def _do(self, a: Action, start: float, info: dict) -> str:
+        if a.kind == "write":
+            return self._write(a)
+        remaining = self.time_budget_s - self.used_s - (time.monotonic() - start)
+        if remaining <= 0:
+            return f"<{a.kind}> skipped: the episode's time budget is spent"
+        limits = dataclasses.replace(self.limits, timeout_s=min(self.limits.timeout_s,
+                                                                  max(remaining, 0.1)))
+        if a.kind == "run_tests":
+            if not self.task.examples:
+                return "Visible tests: this task shows none; check your own calls with <run>."
+            res = self._run_tests(limits)
+            head = "Visible tests"
+        else:
+            res = self._run(a.argv, limits)
+            head = "$ python " + " ".join(shlex.quote(x) for x in a.argv)
+        if res.infra_error:
+            info["infra_error"] = True
+            return (f"{head}: the sandbox failed to start (not your code's fault; "
+                    f"try again): {res.error}")
+        return _describe(head, res)
+
+    def _write(self, a: Action) -> str:
+        size = len(a.body.encode())
+        total = size + sum(len(v.encode()) for k, v in self.files.items() if k != a.path)
+        if total > _MAX_WORKSPACE_BYTES:
+            return f"write {a.path}: refused, the workspace would hold {total} bytes " \
+                   f"(limit {_MAX_WORKSPACE_BYTES})"
+        if a.path not in self.files and len(self.files) >= _MAX_FILES:
+            return f"write {a.path}: refused, the workspace already holds {_MAX_FILES} files"
+        self.files[a.path] = a.body
+        return f"wrote {a.path} ({size} bytes)"
+
+    def _run_tests(self, limits: Limits) -> ExecResult:
+        examples = [{"args": list(ex.args), "expected": ex.expected} for ex in self.task.examples]
+        files = dict(self.files)
+        files["_episode_check.py"] = _CHECK_SOURCE
+        files["_episode_examples.json"] = json.dumps(examples)
+        return self.sandbox.run(files, ["python", "_episode_check.py", self.task.entry_point],
+                                limits)
+
+    def _run(self, argv: tuple[str, ...], limits: Limits) -> ExecResult:
+        cap = min(limits.output_bytes, 64 * 1024)
+        files = dict(self.files)
+        files["_episode_run.py"] = _RUN_SOURCE % {"cap": cap}
+        res = self.sandbox.run(files, ["python", "_episode_run.py", *argv], limits,
+                               collect=[_MANIFEST])
+        raw = res.files.get(_MANIFEST)
+        if raw is not None:
+            try:
+                got = json.loads(raw)
+            except ValueError:
+                got = None
+            if isinstance(got, dict) and all(isinstance(v, str) for v in got.values()):
+                kept = {k: v for k, v in got.items()
+                        if len(v) <= cap and not k.startswith(_RESERVED)}
+                self.files = dict(list(kept.items())[:_MAX_FILES])
+        return res
+
+
+def _describe(head: str, res: ExecResult) -> str:
+    status = {"ok": "exit 0", "failed": f"exit {res.exit_code}",
+              "timeout": "killed: time limit", "memory_exceeded": "killed: memory limit",
+              "output_truncated": "output over the limit"}.get(res.status, res.status)
+    out = [f"{head} [{status}]"]
+    if res.stdout.strip():
+        out.append(res.stdout.rstrip())
+    if res.stderr.strip():
+        out.append("stderr:\n" + res.stderr.rstrip())
+    return "\n".join(out)

@@ -1,0 +1,174 @@
+"""Agent episodes: edit, run the visible tests, read the errors, try again, submit, get graded.
+
+Real process sandbox and the real grader (`rewards.score.score` over the hidden tests)."""
+from __future__ import annotations
+
+import pytest
+
+from rewards.episode_grading import completion_from_file, make_grader
+from sandbox.base import Limits
+from sandbox.config import SandboxConfig
+from sandbox.episode import ActionError, EpisodeEnv, parse_actions, truncate
+from sandbox.registry import make_sandbox
+from tasks.record import Task, TestCase
+
+LIMITS = Limits(timeout_s=3.0)
+
+# Floor division that must return 0 for a zero divisor. The visible examples show the zero case;
+# hidden tests: 9//3=3, 1/0 -> 0, -7//2=-4, 0//5=0. The naive `a // b` passes 3 of the 4.
+TASK = Task(
+    task_id="unit/safe_div", suite="unit", family="safe_div", difficulty=1, split="train",
+    prompt='def safe_div(a, b):\n    """Return a // b, or 0 when b is 0."""\n',
+    entry_point="safe_div",
+    tests=(TestCase(args=(9, 3), expected=3), TestCase(args=(1, 0), expected=0),
+           TestCase(args=(-7, 2), expected=-4), TestCase(args=(0, 5), expected=0)),
+    examples=(TestCase(args=(7, 2), expected=3), TestCase(args=(5, 0), expected=0)),
+)
+WRONG = "def safe_div(a, b):\n    return a // b\n"
+FIXED = "def safe_div(a, b):\n    if b == 0:\n        return 0\n    return a // b\n"
+
+
+def write(path: str, body: str) -> str:
+    return f'<write path="{path}">\n{body}</write>'
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sbx = make_sandbox(SandboxConfig())
+    yield sbx
+    sbx.close()
+
+
+@pytest.fixture
+def env(sandbox):
+    return EpisodeEnv(sandbox, LIMITS, make_grader(sandbox, LIMITS), max_turns=4,
+                      time_budget_s=30.0, obs_bytes=4096)
+
+
+def test_scripted_policy_sees_the_failing_example_fixes_it_and_is_graded_solved(env):
+    obs = env.reset(TASK)
+    assert TASK.prompt in obs and "safe_div(5, 0) == 0" in obs and "<submit/>" in obs
+
+    obs, done, info = env.step("First try.\n" + write("solution.py", WRONG) + "\n<run_tests/>")
+    assert not done and info["turn"] == 1 and info["actions"] == ["write", "run_tests"]
+    assert info["seconds"] > 0 and "grade" not in info
+    assert "PASS safe_div(7, 2) == 3" in obs
+    assert "FAIL safe_div(5, 0) raised ZeroDivisionError" in obs
+    assert "1/2 visible examples passed" in obs
+
+    obs, done, info = env.step(write("solution.py", FIXED) + "<run_tests/>\n<submit/>")
+    assert "2/2 visible examples passed" in obs
+    assert done and info["turn"] == 2 and info["end_reason"] == "submit"
+    assert info["reward"] == 1.0 and info["grade"]["solved"] is True
+    assert info["grade"]["tests_total"] == 4  # the hidden tests, not the 2 visible examples
+    assert [h["turn"] for h in env.history] == [1, 2]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("I think the answer is a // b.", "no action found"),
+    ('<write path="solution.py">def f(): pass', "closing tag missing"),
+    ("<run>ls -la</run>", "only `python FILE.py"),
+    ("<run>python missing.py</run>", "no file 'missing.py'"),
+    ('<write path="../escape.py">x = 1\n</write>', "inside the workspace"),
+    ('<write path="_episode_check.py">x = 1\n</write>', "reserved"),
+    ("<submit/>\n<run_tests/>", "must be the last action"),
+])
+def test_malformed_action_returns_a_helpful_observation_and_changes_nothing(env, text, says):
+    env.reset(TASK)
+    before = dict(env.files)
+    obs, done, info = env.step(text)
+    assert not done and info["action"] == "malformed"
+    assert obs.startswith("Malformed action:") and says in obs
+    assert env.files == before
+
+
+def test_max_turns_ends_the_episode_and_grades_the_last_solution(sandbox):
+    env = EpisodeEnv(sandbox, LIMITS, make_grader(sandbox, LIMITS), max_turns=2,
+                     time_budget_s=30.0)
+    env.reset(TASK)
+    _, done, _ = env.step(write("solution.py", WRONG))
+    assert not done
+    obs, done, info = env.step("<run_tests/>")
+    assert done and info["end_reason"] == "max_turns" and "Episode over (max_turns)" in obs
+    # a // b passes 9//3, -7//2 and 0//5 and raises on 1/0: 3 of 4 hidden tests.
+    assert info["reward"] == pytest.approx(0.75)
+    assert info["grade"]["test_outcomes"] == ("passed", "error", "passed", "passed")
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step("<submit/>")
+
+
+def test_grade_ignores_fake_harness_and_inputs_left_in_the_workspace(env):
+    env.reset(TASK)
+    fake_harness = 'import json\nprint(json.dumps({"i": 0, "value": 3}))\n'
+    env.step(write("harness.py", fake_harness) + write("inputs.json", "[]\n")
+             + write("conftest.py", "raise SystemExit(0)\n") + write("solution.py", WRONG))
+    obs, done, info = env.step("<run>python harness.py</run>\n<submit/>")
+    assert '"value": 3' in obs  # the fake harness did run in the workspace...
+    assert done and info["reward"] == pytest.approx(0.75)  # ...and the grade is still 3 of 4
+
+
+def test_solution_that_reads_a_workspace_file_gets_no_credit_from_it(env):
+    env.reset(TASK)
+    answers = write("answers.json", '{"1,0": 0}\n')
+    cheat = ("import json\nANS = json.load(open('answers.json'))\n"
+             "def safe_div(a, b):\n    return ANS.get(f'{a},{b}', a // b if b else 0)\n")
+    obs, _, _ = env.step(answers + write("solution.py", cheat) + "<run_tests/>")
+    assert "2/2 visible examples passed" in obs  # it works in the workspace
+    _, done, info = env.step("<submit/>")
+    # Graded in a fresh sandbox without answers.json; the file access is flagged besides.
+    assert done and info["reward"] <= 0 and not info["grade"]["solved"]
+
+
+def test_run_shows_output_and_errors_and_keeps_files_the_program_made(env):
+    env.reset(TASK)
+    script = ("from solution import safe_div\nprint('got', safe_div(8, 2))\n"
+              "open('notes.txt', 'w').write('hello')\n")
+    obs, done, info = env.step(write("solution.py", FIXED) + write("try.py", script)
+                               + "<run>python try.py</run>")
+    assert not done and "[exit 0]" in obs and "got 4" in obs
+    assert env.files["notes.txt"] == "hello" and "try.py" in env.files
+    assert not any(k.startswith("_episode_") for k in env.files)
+    obs, _, _ = env.step(write("boom.py", "raise KeyError('nope')\n") + "<run>python boom.py</run>")
+    assert "[exit 1]" in obs and "KeyError: 'nope'" in obs
+
+
+def test_long_observation_is_truncated_with_a_marker(sandbox):
+    env = EpisodeEnv(sandbox, LIMITS, make_grader(sandbox, LIMITS), obs_bytes=512)
+    env.reset(TASK)
+    obs, _, _ = env.step(write("spam.py", "print('x' * 10000)\n") + "<run>python spam.py</run>")
+    assert len(obs.encode()) <= 512 and "[truncated:" in obs
+
+
+def test_time_budget_kills_a_looping_run_and_ends_the_episode(sandbox):
+    env = EpisodeEnv(sandbox, LIMITS, make_grader(sandbox, LIMITS), max_turns=10,
+                     time_budget_s=0.5)
+    env.reset(TASK)
+    obs, done, info = env.step(write("loop.py", "while True:\n    pass\n")
+                               + "<run>python loop.py</run>")
+    assert "killed: time limit" in obs
+    assert done and info["end_reason"] == "time_budget"
+    assert info["reward"] == 0.0  # solution.py still holds only the prompt's stub
+
+
+def test_parse_actions_strips_code_fences_and_keeps_order():
+    acts = parse_actions('<write path="a.py">\n```python\nx = 1\n```\n</write><run>python a.py 3'
+                         '</run><submit/>', {})
+    assert [a.kind for a in acts] == ["write", "run", "submit"]
+    assert acts[0].body == "x = 1\n" and acts[1].argv == ("a.py", "3")
+    with pytest.raises(ActionError):
+        parse_actions("<run_test/>", {})
+
+
+def test_truncate_is_a_no_op_under_the_limit_and_marks_the_cut_over_it():
+    assert truncate("short", 100) == "short"
+    cut = truncate("é" * 1000, 300)
+    assert len(cut.encode()) <= 300 and cut.rstrip().endswith("]")
+
+
+def test_completion_from_file_accepts_whole_files_and_prompt_continuations():
+    assert completion_from_file(TASK, TASK.prompt + "    return 1\n") == "    return 1\n"
+    assert completion_from_file(TASK, FIXED) == FIXED  # the def replaces the docstring stub
+    bare = TASK.model_copy(update={"prompt": "def safe_div(a, b):\n"})
+    assert completion_from_file(bare, FIXED) == FIXED[len(bare.prompt):]
+    whole = "import math\n" + FIXED  # a prompt ending at the signature is closed with `pass`
+    assert completion_from_file(bare, whole) == "    pass\n" + whole
