@@ -92,8 +92,10 @@ class RunConfig(BaseModel):
 
     def hash(self) -> str:
         """Hash of everything that changes what the run computes (not where it writes)."""
+        # `cluster` says where rollouts execute, not what they compute: resuming on another
+        # Dask cluster must reuse the finished stages.
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
-                                                   "keep_checkpoints"})
+                                                   "keep_checkpoints", "cluster"})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

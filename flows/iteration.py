@@ -135,14 +135,19 @@ def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, ba
 @_stage("write_trajectories", timeout_s=1800)
 def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> list[str]:
     size = cfg.cluster.shard_size
-    return [trajectories.write_shard(cfg.run_dir, iteration, k, rows[i:i + size])
-            for k, i in enumerate(range(0, len(rows), size))]
+    paths = [trajectories.write_shard(cfg.run_dir, iteration, k, rows[i:i + size])
+             for k, i in enumerate(range(0, len(rows), size))]
+    # An earlier attempt of this iteration (other config or code) may have written more shards:
+    # they must not outlive it, or the iteration would hold rows of two attempts.
+    trajectories.drop_shards_from(cfg.run_dir, iteration, len(paths))
+    return paths
 
 
 @_stage("update_policy", retries=1, timeout_s=4 * 3600)
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
     samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
-                        0.0 if math.isnan(r["advantage"]) else r["advantage"]) for r in rows]
+                        0.0 if math.isnan(r["advantage"]) else r["advantage"],
+                        reward=r["reward"], group_id=r["group_id"]) for r in rows]
     return grpo_update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
                        cfg.sampling.temperature, cfg.seed)
 

@@ -153,9 +153,12 @@ def rollout_metrics(rows: list[dict]) -> dict:
 
 
 def pass_rates(tasks: list[Task], executed: list[Executed], k: int) -> dict:
-    """Fraction of (task, sample) pairs solved, overall and per family; `k` samples per task."""
+    """Fraction of (task, sample) pairs solved, overall and per family; `k` samples per task.
+    A sample the sandbox could not score is left out, never counted as a failure."""
     out: dict[str, list[bool]] = {}
     for i, e in enumerate(executed):
+        if e.breakdown.infra_error:
+            continue
         t = tasks[i // k]
         out.setdefault("all", []).append(e.breakdown.solved)
         out.setdefault(t.family, []).append(e.breakdown.solved)

@@ -182,6 +182,29 @@ def _split_around(f: ShardFile, shard: int, iteration: int) -> None:
                        iteration, first, last)
 
 
+def drop_shards_from(run_dir: str, iteration: int, first: int) -> int:
+    """Remove every shard >= `first` of an iteration (left by an earlier attempt that wrote more
+    shards than the one that replaced it); returns how many shards' files were removed or cut.
+    A compacted file reaching across `first` keeps its lower shards: they are split off first."""
+    _check_index("iteration", iteration)
+    _check_index("first", first)
+    folder = _iteration_dir(_run(run_dir), iteration)
+    if not folder.exists():
+        return 0
+    removed = 0
+    for f in _remove_superseded(folder):
+        if f.last < first:
+            continue
+        if f.first < first:  # keep its lower shards in a file of their own, then drop it
+            rows = _read_files([f])
+            keep = rows.filter(pc.less(rows.column("shard"), first))
+            _write_parquet(folder.join(_file_name(f.first, first - 1)), keep, iteration,
+                           f.first, first - 1)
+        f.loc.remove()
+        removed += 1
+    return removed
+
+
 def live_files(run_dir: str, iteration: int | None = None) -> list[str]:
     """The Parquet files a reader should read (superseded leftovers excluded), in order."""
     run = _run(run_dir)

@@ -184,7 +184,7 @@ def _per_token(part: list[RLSample], values, width: int, fill: float = 0.0) -> t
     out = torch.full((len(part), width), fill)
     for row, (s, v) in enumerate(zip(part, values)):
         start = len(s.prompt_ids) - 1
-        n = min(len(v), width - start)
+        n = max(0, min(len(v), width - start))  # a prompt past max_len leaves nothing
         out[row, start:start + n] = torch.tensor(v[:n])
     return out
 

@@ -228,3 +228,22 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
     gap = recs[2]["t"] - recs[1]["t"]
     assert 1.5 <= gap < 30  # the 2 s backoff (20% jitter), then the retry
     assert _time.monotonic() - t0 < 120  # never the stage's 60 s, twice
+
+
+def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():
+    import math as _m
+
+    from flows.rollouts import Executed
+    from flows.stages import pass_rates
+    from rewards.aggregate import RewardBreakdown
+    from tasks.procedural import generate_suite
+
+    task = generate_suite(["add"], [1], 1)[0]
+
+    def ex(reward, infra):
+        b = RewardBreakdown(reward, 1.0 if reward == 1.0 else 0.0, 6 if reward == 1.0 else 0, 6,
+                            ("passed",) * 6, "ok", None, (), infra, 0.01)
+        return Executed(b, 0.02, "process", None)
+
+    rates = pass_rates([task], [ex(1.0, False), ex(_m.nan, True), ex(0.0, False)], 3)
+    assert rates == {"all": 0.5, "add": 0.5}  # 1 of the 2 scored samples, not 1 of 3

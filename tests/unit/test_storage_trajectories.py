@@ -268,3 +268,31 @@ def test_an_arrow_table_is_written_with_the_same_checks(run_dir):
     with pytest.raises(ValueError, match="'tests_total'"):
         write_shard_table(run_dir, 0, 1, table.set_column(
             table.schema.get_field_index("tests_total"), "tests_total", pa.array(["4"] * 4)))
+
+
+def test_drop_shards_from_removes_an_earlier_attempts_extra_shards_even_inside_a_compacted_file(run_dir):
+    from storage.trajectories import drop_shards_from
+
+    for k in range(6):  # an earlier attempt wrote 6 shards of 3 rows, then shards 0-3 compacted
+        write_shard(run_dir, 2, k, example_rows(3, iteration=2, start=10 * k))
+    compact(run_dir, 2, target_rows=12)
+    for k in range(3):  # the retry writes only 3 shards
+        write_shard(run_dir, 2, k, example_rows(3, iteration=2, start=100 + 10 * k))
+    assert drop_shards_from(run_dir, 2, 3) >= 1
+    assert shards_written(run_dir, 2) == {0, 1, 2}
+    df = read_trajectories(run_dir, 2)
+    assert len(df) == 9 and set(df["shard"]) == {0, 1, 2}
+    assert drop_shards_from(run_dir, 2, 3) == 0  # idempotent
+
+
+def test_drop_shards_from_keeps_the_lower_shards_of_a_file_that_straddles_the_cut(run_dir):
+    from storage.trajectories import drop_shards_from
+
+    for k in range(6):
+        write_shard(run_dir, 1, k, example_rows(2, iteration=1, start=10 * k))
+    compact(run_dir, 1)  # one file holding shards 0-5
+    assert len(live_files(run_dir, 1)) == 1
+    drop_shards_from(run_dir, 1, 4)
+    df = read_trajectories(run_dir, 1)
+    assert shards_written(run_dir, 1) == {0, 1, 2, 3}
+    assert sorted(df["shard"].tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]
