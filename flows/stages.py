@@ -16,7 +16,6 @@ import torch
 from flows.config import RunConfig, TaskConfig
 from flows.rollouts import Executed
 from rewards.aggregate import group_advantages
-from storage.schema import SCHEMA_VERSION  # noqa: F401  (rows are stamped by the store)
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
 from tasks.procedural import generate_suite, training_instances
