@@ -7,7 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 

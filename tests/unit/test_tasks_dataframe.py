@@ -1,5 +1,4 @@
 """The data-analysis suite: pandas snippets on generated DataFrames, checked on hidden frames."""
-import math
 
 import pytest
 
