@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tasks.families.base import level_of
+from tasks.families.base import distinct_params, level_of
 from tasks.record import Task, TestCase
 
 Params = dict[str, Any]
@@ -202,15 +202,8 @@ def generate_dataframe_suite(families: list[str] | None = None, difficulties: li
         for d in difficulties:
             lv = level_of(d, len(DF_FAMILIES[name]))
             rng = random.Random(f"{seed}:{name}:{d}")
-            seen: set[str] = set()
-            for _ in range(tasks_per_family * 10):
-                params = {"lv": lv, **DF_FAMILIES[name][lv - 1].draw(rng)}
-                key = repr(sorted(params.items()))
-                if key in seen:
-                    continue
-                seen.add(key)
+            draw = DF_FAMILIES[name][lv - 1].draw
+            for params in distinct_params(lambda: {"lv": lv, **draw(rng)}, tasks_per_family):
                 t = make_df_task(name, params, d, n_tests, seed, heldout_fraction)
                 out.setdefault(t.fingerprint(), t)
-                if len(seen) == tasks_per_family:
-                    break
     return sorted(out.values(), key=lambda t: t.task_id)

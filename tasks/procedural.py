@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 from tasks.families import ALL, Family
-from tasks.families.base import Params
+from tasks.families.base import Params, distinct_params
 from tasks.record import Task, TestCase
 
 FAMILIES: dict[str, Family] = {f.name: f for f in ALL}
@@ -98,17 +98,9 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
         fam = FAMILIES[name]
         for d in difficulties:
             rng = random.Random(f"{seed}:{name}:{d}")
-            seen: set[str] = set()
-            for _ in range(tasks_per_family * 10):
-                params = fam.draw_params(rng, d)
-                key = repr(sorted(params.items()))
-                if key in seen:
-                    continue
-                seen.add(key)
+            for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
                 t = make_task(fam, params, d, n_tests, seed, heldout_fraction)
                 out.setdefault(t.fingerprint(), t)
-                if len(seen) == tasks_per_family:
-                    break
     return sorted(out.values(), key=lambda t: t.task_id)
 
 

@@ -52,6 +52,23 @@ class Level:
     block: bool = False
 
 
+def distinct_params(draw: Callable[[], dict], n: int) -> list[dict]:
+    """Up to `n` parameter sets from `draw()` with no two alike, in draw order; gives up after
+    `10 * n` draws (a family with fewer distinct settings yields what it has)."""
+    seen: set[str] = set()
+    out: list[dict] = []
+    for _ in range(n * 10):
+        params = draw()
+        key = repr(sorted(params.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(params)
+        if len(out) == n:
+            break
+    return out
+
+
 def level_of(difficulty: int, n_levels: int) -> int:
     """Difficulty 1..n picks that level; higher difficulties keep the top level (inputs grow)."""
     return max(1, min(difficulty, n_levels))
