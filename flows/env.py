@@ -20,3 +20,13 @@ DEFAULTS = {
 def apply_defaults() -> None:
     for k, v in DEFAULTS.items():
         os.environ.setdefault(k, v)
+
+
+DISTRIBUTED_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def standalone_env() -> dict[str, str]:
+    """This process's environment for starting another rollforge process on its own: without
+    the process-group variables that an in-process DeepSpeed set-up left behind (the child would
+    try to listen on a port this process still holds)."""
+    return {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}

@@ -2,7 +2,6 @@
 API), a real Dask LocalCluster, the process sandbox and a real DeepSpeed engine."""
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from flows.env import standalone_env
 from storage.registry import finished_iterations, read_metrics
 from storage.trajectories import read_trajectories
 
@@ -18,11 +18,12 @@ ROOT = Path(__file__).resolve().parents[2]
 ROLLFORGE = [sys.executable, "-m", "flows.cli"]
 
 
+
 def _run(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*ROLLFORGE, "run", "--config", str(ROOT / "configs/tiny.yaml"),
          "--set", f"out_dir={out_dir}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ})
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=standalone_env())
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from flows.env import standalone_env
 from distributed import Client
 
 from storage.registry import finished_iterations, read_metrics
@@ -20,6 +22,7 @@ from storage.trajectories import read_trajectories
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 ROOT = Path(__file__).resolve().parents[2]
 DASK = str(Path(sys.executable).parent / "dask")
+
 
 
 def _free_port() -> int:
@@ -68,7 +71,7 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
     cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(ROOT / "configs/tiny.yaml"),
            "--set", f"out_dir={out}", "--set", "iterations=1", "--set", f"cluster.address={address}",
            "--set", "tasks.tasks_per_iteration=8"]
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env = {**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
     log = open(tmp_path / "flow.log", "w")
     flow = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)

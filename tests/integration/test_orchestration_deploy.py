@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from flows.env import standalone_env
 from storage.registry import finished_iterations
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 ROOT = Path(__file__).resolve().parents[2]
 ROLLFORGE = [sys.executable, "-m", "flows.cli"]
+
 
 
 def _free_port() -> int:
@@ -70,7 +72,7 @@ def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect-home")
     port = _free_port()
     base = f"http://127.0.0.1:{port}/api"
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
+    env = {**standalone_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
            "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
     log = open(home / "server.log", "w")

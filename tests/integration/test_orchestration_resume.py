@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from flows.env import standalone_env
 from storage.registry import finished_iterations
 from storage.trajectories import read_trajectories
 
@@ -18,6 +19,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 ROOT = Path(__file__).resolve().parents[2]
 STAGES_BEFORE_UPDATE = ("generate_tasks", "sample_completions", "run_rollouts", "score",
                         "write_trajectories")
+
 
 
 def _cmd(out: Path) -> list[str]:
@@ -40,7 +42,7 @@ def _where(rec: dict) -> tuple:
 def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     out = tmp_path / "runs"
     run_dir = out / "tiny"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env = {**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
     log1 = open(tmp_path / "first.log", "w")
     first = subprocess.Popen(_cmd(out), cwd=ROOT, env=env, stdout=log1, stderr=subprocess.STDOUT,
                              start_new_session=True)
