@@ -32,12 +32,23 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _api(base: str, method: str, path: str, body=None):
+def _api(base: str, method: str, path: str, body=None, attempts: int = 8):
+    """One REST call. A 503 is the server's "retry me" answer (Prefect maps SQLite's
+    SQLITE_BUSY to it, common on a loaded 2-core machine); Prefect's own client retries it
+    with backoff, and so does this, honouring Retry-After."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return json.loads(resp.read() or b"null")
+    for attempt in range(attempts):
+        req = urllib.request.Request(base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read() or b"null")
+        except urllib.error.HTTPError as e:
+            if e.code != 503 or attempt == attempts - 1:
+                raise
+            retry_after = e.headers.get("Retry-After")
+            time.sleep(float(retry_after) if retry_after and retry_after.isdigit()
+                       else min(2.0 ** attempt, 10.0))
 
 
 def _wait(what: str, check, timeout_s: float, procs=()):
