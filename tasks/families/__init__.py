@@ -9,8 +9,9 @@ from tasks.families.numbers import NUMBERS
 from tasks.families.scans import SCANS
 from tasks.families.seqs import SEQS
 from tasks.families.text import TEXT
+from tasks.families.verify import VERIFY
 
 ALL: list[Family] = [*BASIC, *NUMBERS, *TEXT, *SEQS, *MAPS, FIB_LIKE, FLATTEN, STAIRS, GCD_K,
-                     *SCANS]
+                     *SCANS, *VERIFY]
 
 __all__ = ["ALL", "SELF", "Family", "Level", "leveled"]

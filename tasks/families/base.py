@@ -30,12 +30,21 @@ class Family:
     block: bool = False  # body is indented statements, not an expression
     category: str = "basic"
     levels: int = 0  # how many structurally different difficulty levels (0: only sizes grow)
+    # Verification-only: its tasks ship hidden tests and a docstring example but no reference
+    # solution, so a warm start never imitates one; only the RL loop (reward from executing the
+    # tests) can teach it. `body` stays the checked solution for the suite's own quality tests.
+    verify_only: bool = False
 
     @property
     def n_args(self) -> int:
         return len([a for a in self.arg.split(",") if a.strip()])
 
-    def reference(self, params: Params, fname: str) -> str:
+    def reference(self, params: Params, fname: str) -> str | None:
+        """The solution shipped with a task: None for a verification-only family."""
+        return None if self.verify_only else self.solution(params, fname)
+
+    def solution(self, params: Params, fname: str) -> str:
+        """The known-good body (also for verification-only families, for checking the suite)."""
         if self.block:
             return self.body(params).replace(SELF, fname)
         return f"    return {self.body(params)}\n"
