@@ -62,7 +62,7 @@ def _draw_cases(family: Family, params: Params, difficulty: int, n_tests: int,
 
 
 def make_task(family: Family, params: Params, difficulty: int, n_tests: int, seed: int,
-              heldout_fraction: float) -> Task:
+              heldout_fraction: float, with_solution: bool = False) -> Task:
     h = _task_hash(family.name, params, difficulty)
     rng = random.Random(f"{seed}:{h}")
     cases = _draw_cases(family, params, difficulty, n_tests, rng)
@@ -84,12 +84,17 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     split = "heldout" if int(hs, 16) % 1000 < heldout_fraction * 1000 else "train"
     return Task(task_id=f"proc/{family.name}/{h}", suite="procedural", family=family.name,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,
-                tests=hidden, examples=(example,), reference=family.reference(params, fname))
+                tests=hidden, examples=(example,),
+                reference=(family.solution if with_solution else family.reference)(params, fname))
 
 
 def generate_suite(families: list[str], difficulties: list[int], tasks_per_family: int,
-                   n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2) -> list[Task]:
-    """Up to `tasks_per_family` distinct tasks per (family, difficulty), deduplicated by content."""
+                   n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
+                   with_solutions: bool = False) -> list[Task]:
+    """Up to `tasks_per_family` distinct tasks per (family, difficulty), deduplicated by content.
+
+    `with_solutions=True` fills `reference` for verification-only families too: only for
+    checking the suite itself, never for data a policy trains on."""
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown task families {unknown}; expected some of {sorted(FAMILIES)}")
@@ -99,7 +104,7 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
         for d in difficulties:
             rng = random.Random(f"{seed}:{name}:{d}")
             for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
-                t = make_task(fam, params, d, n_tests, seed, heldout_fraction)
+                t = make_task(fam, params, d, n_tests, seed, heldout_fraction, with_solutions)
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)
 

@@ -41,7 +41,7 @@ VERIFY: list[Family] = [
     _vo("mul_mul", "x", lambda r, d: {"a": r.randint(2, 9), "b": r.randint(2, 9)},
         lambda p: f"Return x times {p['a']} times {p['b']}.",
         lambda p: f"x * {p['a']} * {p['b']}", lambda p, x: x * p["a"] * p["b"], _int_in),
-    _vo("filter_sum", "xs", lambda r, d: {"k": r.randint(0, 9 * d)},
+    _vo("filter_sum", "xs", lambda r, d: {"k": r.randint(0, 12)},
         lambda p: f"Return the sum of the items of xs greater than {p['k']}.",
         lambda p: f"sum([v for v in xs if v > {p['k']}])",
         lambda p, xs: sum(v for v in xs if v > p["k"]), _list_in),

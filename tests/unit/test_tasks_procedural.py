@@ -10,7 +10,8 @@ import pytest
 from tasks.procedural import CATEGORIES, FAMILIES, generate_suite
 
 ORIGINAL = ["add", "mul", "affine", "filter_gt", "sum_plus", "repeat", "count", "prefix"]
-NEW = [f for f in FAMILIES if f not in ORIGINAL]
+NEW = [f for f in FAMILIES if f not in ORIGINAL and not FAMILIES[f].verify_only]
+VERIFY_ONLY = [f for f in FAMILIES if FAMILIES[f].verify_only]
 
 
 def _digest(tasks):
@@ -60,13 +61,13 @@ def test_higher_difficulty_needs_a_longer_solution_not_just_bigger_numbers(famil
 
 
 def test_prompts_stay_short_enough_for_a_tiny_model():
-    tasks = generate_suite(NEW, [1, 2, 3], 3)
+    tasks = generate_suite(NEW + VERIFY_ONLY, [1, 2, 3], 3)
     lengths = [len(t.prompt) for t in tasks]
     assert max(lengths) <= 240 and statistics.median(lengths) < 170
 
 
 def test_expected_outputs_are_plain_json_and_hidden_answers_are_not_all_equal():
-    for t in generate_suite(NEW, [1, 2, 3, 4], 3):
+    for t in generate_suite(NEW + VERIFY_ONLY, [1, 2, 3, 4], 3):
         values = [c.expected for c in t.tests]
         assert json.loads(json.dumps(values)) == values, t.task_id  # no tuples, str keys only
         assert len({json.dumps(v, sort_keys=True) for v in values}) > 1, t.task_id
@@ -92,3 +93,28 @@ def test_training_instances_never_contain_a_heldout_task_of_any_seed():
     assert inst and all(t.split == "train" for t in inst)
     assert not {(t.family, t.prompt.splitlines()[1]) for t in inst} & held
     assert len(inst) > len([t for t in generate_suite(fams, [1, 2], 20) if t.split == "train"])
+
+
+def test_verification_only_families_ship_tests_but_no_reference():
+    assert len(VERIFY_ONLY) >= 4
+    tasks = generate_suite(VERIFY_ONLY, [1, 2], 6)
+    assert {t.family for t in tasks} == set(VERIFY_ONLY)
+    assert all(t.reference is None and t.tests and t.examples for t in tasks)
+    # and the same constants in a family that has references would ship one
+    assert all(t.reference for t in generate_suite(ORIGINAL, [1], 2))
+
+
+def test_verification_only_solution_passes_its_hidden_tests_and_nothing_leaks_it():
+    """The family keeps its solution only to check the suite: it must pass every hidden test
+    (run in-process here; tests/unit/test_tasks_quality.py runs the sandboxed checks), and it
+    must not appear in what a policy is shown."""
+    shipped = generate_suite(VERIFY_ONLY, [1, 2], 4)
+    checked = generate_suite(VERIFY_ONLY, [1, 2], 4, with_solutions=True)
+    assert [t.task_id for t in shipped] == [t.task_id for t in checked]
+    for s, t in zip(shipped, checked):
+        assert s == t.model_copy(update={"reference": None})
+        scope: dict = {}
+        exec(t.prompt + t.reference, scope)
+        for case in (*t.examples, *t.tests):
+            assert scope[t.entry_point](*case.args) == case.expected, (t.task_id, case)
+        assert t.reference.strip().removeprefix("return ") not in t.prompt

@@ -18,11 +18,16 @@ def sandbox():
 
 def test_every_family_and_level_reference_passes_and_trivial_solution_fails(sandbox):
     sb, limits = sandbox
-    tasks = generate_suite(list(FAMILIES), [1, 2, 3], 1)  # one task per family and level
+    # one task per family and level; verification-only families get their checked solution
+    # filled in here, and are checked as shipped (no reference) below
+    tasks = generate_suite(list(FAMILIES), [1, 2, 3], 1, with_solutions=True)
     checks = check_tasks(tasks, sb, limits, workers=2)
     bad = [(c.task_id, c.problems) for c in checks if not c.ok]
     assert not bad
     assert all(c.reference_reward == 1.0 and c.trivial_rewards["pass"] < 1.0 for c in checks)
+    shipped = generate_suite([f for f in FAMILIES if FAMILIES[f].verify_only], [1], 1)
+    assert shipped and all(c.ok and c.reference_reward is None
+                           for c in check_tasks(shipped, sb, limits, workers=2))
 
 
 def test_a_wrong_reference_is_reported_with_its_pass_count(sandbox):
