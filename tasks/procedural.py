@@ -67,6 +67,12 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     rng = random.Random(f"{seed}:{h}")
     cases = _draw_cases(family, params, difficulty, n_tests, rng)
     example, hidden = cases[0], tuple(cases[1:])
+    examples = (example,)
+    edge_inputs = getattr(family, "edge_inputs", None)  # tasks/families/edges.py only
+    if edge_inputs is not None:  # the edges: a second visible example, and hidden tests
+        edges = [TestCase(args=a, expected=family.fn(params, *a)) for a in
+                 (tuple(x) if family.n_args > 1 else (x,) for x in edge_inputs(params, rng))]
+        examples, hidden = (example, edges[0]), hidden + tuple(edges)
     # Every task of a family has the same signature: the task is told apart by its docstring
     # alone, so a policy must read the constants there (a per-task name would let a small model
     # memorise name -> body and learn nothing that transfers to held-out tasks).
@@ -84,7 +90,7 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     split = "heldout" if int(hs, 16) % 1000 < heldout_fraction * 1000 else "train"
     return Task(task_id=f"proc/{family.name}/{h}", suite="procedural", family=family.name,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,
-                tests=hidden, examples=(example,),
+                tests=hidden, examples=examples,
                 reference=(family.solution if with_solution else family.reference)(params, fname))
 
 
