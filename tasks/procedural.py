@@ -72,7 +72,9 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     if edge_inputs is not None:  # the edges: a second visible example, and hidden tests
         edges = [TestCase(args=a, expected=family.fn(params, *a)) for a in
                  (tuple(x) if family.n_args > 1 else (x,) for x in edge_inputs(params, rng))]
-        examples, hidden = (example, edges[0]), hidden + tuple(edges)
+        seen = {json.dumps(c.args) for c in hidden}
+        examples = (example, edges[0])
+        hidden += tuple(e for e in edges if json.dumps(e.args) not in seen)
     # Every task of a family has the same signature: the task is told apart by its docstring
     # alone, so a policy must read the constants there (a per-task name would let a small model
     # memorise name -> body and learn nothing that transfers to held-out tasks).
