@@ -10,6 +10,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from flows.episode_config import EpisodeConfig
 from rewards.aggregate import RewardConfig
 from sandbox.config import SandboxConfig
 from training.config import PolicyConfig, RLConfig, SamplingConfig, SFTConfig
@@ -78,9 +79,13 @@ class RunConfig(BaseModel):
     sampling: SamplingConfig = SamplingConfig()
     sft: SFTConfig = SFTConfig()
     rl: RLConfig = RLConfig()
+    episodes: EpisodeConfig = EpisodeConfig()  # multi-turn agent episodes (off by default)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
+        if self.episodes.enabled and self.episodes.action_tokens >= self.policy.max_len:
+            raise ValueError(f"episodes.action_tokens={self.episodes.action_tokens} leaves no room "
+                             f"for the prompt in policy.max_len={self.policy.max_len}")
         if self.policy.n_embd % self.policy.n_head:
             raise ValueError(f"policy.n_embd={self.policy.n_embd} must be divisible by "
                              f"policy.n_head={self.policy.n_head}")
@@ -94,8 +99,10 @@ class RunConfig(BaseModel):
         """Hash of everything that changes what the run computes (not where it writes)."""
         # `cluster` says where rollouts execute, not what they compute: resuming on another
         # Dask cluster must reuse the finished stages.
+        # `episodes` while off changes nothing: single-turn runs keep their hash.
+        off = () if self.episodes.enabled else ("episodes",)
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
-                                                   "keep_checkpoints", "cluster"})
+                                                   "keep_checkpoints", "cluster", *off})
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
