@@ -1,4 +1,8 @@
-"""Token batches for training: prompt + completion, right-padded, with a mask over the completion."""
+"""Token batches for training: prompt + completion, right-padded, with a mask over the completion.
+
+A multi-turn episode's completion holds the policy's actions *and* the environment's
+observations between them; its `completion_mask` (1 = policy token, 0 = environment token, see
+training/episodes.py) keeps the environment's tokens out of every loss."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,11 +26,18 @@ class TokenBatch:
 
 
 def make_batch(prompts: list[list[int]], completions: list[list[int]], pad: int,
-               max_len: int | None = None) -> TokenBatch:
+               max_len: int | None = None,
+               completion_masks: list[list[int] | None] | None = None) -> TokenBatch:
+    """`completion_masks[i]` (same length as `completions[i]`; None: all ones) says which
+    completion tokens the loss covers."""
     seqs, masks = [], []
-    for p, c in zip(prompts, completions):
+    cms = completion_masks if completion_masks is not None else [None] * len(completions)
+    for i, (p, c, cm) in enumerate(zip(prompts, completions, cms)):
+        if cm is not None and len(cm) != len(c):
+            raise ValueError(f"completion_masks[{i}] has {len(cm)} entries for {len(c)} "
+                             "completion tokens; expected one per token")
         s = p + c
-        m = [0] * len(p) + [1] * len(c)
+        m = [0] * len(p) + ([1] * len(c) if cm is None else [int(bool(v)) for v in cm])
         if max_len is not None and len(s) > max_len:
             s, m = s[:max_len], m[:max_len]
         seqs.append(s)

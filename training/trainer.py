@@ -4,6 +4,7 @@ publishing the next. Every process of a `deepspeed` launch runs the same functio
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import shutil
@@ -19,6 +20,7 @@ from training import engine as eng
 from training.advantages import ADVANTAGES
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
+from training.episodes import policy_token_units
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import loss_units, plan_update
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
@@ -35,6 +37,8 @@ class RLSample:
     reward: float = math.nan  # needed by rl.algorithm="rloo" (advantages recomputed)
     group_id: str | int | None = None  # completions of one prompt share it (rloo)
     token_advantages: list[float] | None = None  # [T] per-token advantages (rl.algorithm="ppo")
+    completion_mask: list[int] | None = None  # [T] 1 = policy token, 0 = environment token
+    # (a multi-turn episode's observations; training/episodes.py); None: all policy tokens
 
 
 def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
@@ -100,13 +104,17 @@ def _set_rng_state(rng: random.Random, state: dict) -> None:
 
 
 def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], policy: PolicyConfig,
-                   sft: SFTConfig, rl: RLConfig, seed: int, stop_after: int | None = None) -> dict:
+                   sft: SFTConfig, rl: RLConfig, seed: int, stop_after: int | None = None,
+                   demos: list | None = None) -> dict:
     """Train a fresh policy on (prompt, reference) pairs; publish it as version 0.
+
+    `demos`: transcripts `(prompt, [(text, by_policy), ...])` (training/episodes.py), trained
+    on alongside the pairs with the loss over the policy's segments only.
 
     With `sft.save_every`, the engine state (weights, optimizer, scheduler, RNG) is saved under
     `checkpoints/sft-progress/` and a restarted warm start continues from it with the same next
     step. `stop_after=N` stops after step N without publishing (a deliberate interruption)."""
-    if not prompts:
+    if not prompts and not demos:
         raise ValueError("SFT warm start needs at least one task with a reference solution")
     torch.manual_seed(seed)
     model = build_policy(policy)
@@ -117,8 +125,12 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if sft.batch_size < world:
         raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count {world}")
     rng = random.Random(seed)
-    data = [(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id])
+    data = [(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id], None)
             for p, r in zip(prompts, references)]
+    if demos:
+        from training.episodes import encode_transcript  # noqa: PLC0415
+
+        data += [encode_transcript(tok, p, segs) for p, segs in demos]
     progress = checkpoints.sft_progress_dir(run_dir)
     first = 0
     if sft.save_every and (progress / "latest").is_file():
@@ -131,12 +143,13 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     for step in range(first, last):
         batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
         mine = batch[rank::world]
-        b = make_batch([p for p, _ in mine], [c for _, c in mine], tok.pad_token_id, policy.max_len)
+        b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
+                       policy.max_len, [d[2] for d in mine])
         b.to(device)
         loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
         if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
-            full = make_batch([p for p, _ in batch], [c for _, c in batch], tok.pad_token_id,
-                              policy.max_len)
+            full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
+                              policy.max_len, [d[2] for d in batch])
             loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
         engine.backward(loss)
         engine.step()
@@ -175,8 +188,7 @@ def _with_advantages(samples: list[RLSample], rl: RLConfig) -> list[RLSample]:
         raise ValueError(f"rl.algorithm='rloo' recomputes advantages from RLSample.reward and "
                          f"RLSample.group_id; sample(s) {bad[:5]} have no group_id")
     adv = ADVANTAGES["rloo"]([s.reward for s in samples], np.array([str(s.group_id) for s in samples]))
-    return [RLSample(s.prompt_ids, s.completion_ids, s.old_logprobs, float(a), s.reward,
-                     s.group_id, s.token_advantages) for s, a in zip(samples, adv)]
+    return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 
 def _per_token(part: list[RLSample], values, width: int, fill: float = 0.0) -> torch.Tensor:
@@ -210,7 +222,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         orders.append(list(order))
     lengths = [min(len(s.prompt_ids) + len(s.completion_ids), policy.max_len) for s in live]
     units = [loss_units(len(s.prompt_ids), len(s.completion_ids), policy.max_len,
-                        rl.loss_aggregation) for s in live]
+                        rl.loss_aggregation) if s.completion_mask is None
+             else policy_token_units(s, policy.max_len, rl.loss_aggregation) for s in live]
     eng.setup_distributed()
     plan = plan_update(orders, lengths, units, rl.micro_batch_size, rl.micro_batch_tokens,
                        eng.world_size(), eng.rank())
@@ -227,7 +240,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         for mb in epoch:
             part = [live[i] for i in mb.indices]
             b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
-                           tok.pad_token_id, policy.max_len)
+                           tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
             b.to(engine.device)
             logp = token_logprobs(engine, b, temperature, tok.banned_ids)
             old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)

@@ -1,0 +1,110 @@
+"""Multi-turn episodes as token sequences: the policy's actions and the environment's
+observations interleaved after the first prompt, with a mask that says which tokens are whose.
+
+    prompt_ids | action 1 (+EOS) | <obs>observation 1</obs> | action 2 (+EOS) | ... | action n
+      (prompt)   mask 1             mask 0                     mask 1                mask 1
+
+The whole episode is one training sequence (one row in the store): `completion_ids` is
+everything after the prompt, `completion_mask` is 1 on the policy's tokens and 0 on the
+environment's, and `sampling_logprobs` is 0.0 on the environment's tokens. The RL loss and the
+SFT loss both multiply by the mask (training/batch.py), so an observation is context the policy
+conditions on, never a target it is trained to produce.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from training.generate import Sample, _sample_batch
+
+OBS_OPEN, OBS_CLOSE = "<obs>\n", "\n</obs>\n"
+
+Segment = tuple[str, bool]  # (text, by_policy)
+
+
+def fit_observation(tok, text: str, budget: int) -> str:
+    """`text` cut to at most `budget` tokens of `tok`: the first two thirds and the last third
+    with a marker between (a test run's verdict line is at the end, its first failure near the
+    top)."""
+    ids = tok.encode(text, bos=False)
+    if len(ids) <= budget:
+        return text
+    marker = f"\n...[{len(ids)} tokens, cut]...\n"
+    room = max(0, budget - len(tok.encode(marker, bos=False)))
+    head, tail = ids[:room * 2 // 3], ids[len(ids) - (room - room * 2 // 3):] if room else []
+    return tok.decode(head) + marker + tok.decode(tail)
+
+
+def observation_text(obs: str) -> str:
+    """An observation as it sits in the policy's context."""
+    return OBS_OPEN + obs + OBS_CLOSE
+
+
+@dataclass
+class EpisodeTokens:
+    """The growing token sequence of one episode (see the module docstring)."""
+
+    prompt_ids: list[int]
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.ids
+
+    def add_policy(self, ids: Sequence[int], logprobs: Sequence[float]) -> None:
+        if len(ids) != len(logprobs):
+            raise ValueError(f"{len(ids)} action tokens but {len(logprobs)} log-probs")
+        self.ids += list(ids)
+        self.logprobs += [float(x) for x in logprobs]
+        self.mask += [1] * len(ids)
+
+    def add_env(self, ids: Sequence[int]) -> None:
+        self.ids += list(ids)
+        self.logprobs += [0.0] * len(ids)
+        self.mask += [0] * len(ids)
+
+
+def encode_transcript(tok, prompt: str, segments: Sequence[Segment]
+                      ) -> tuple[list[int], list[int], list[int]]:
+    """(prompt_ids, completion_ids, completion_mask) of a written transcript (an SFT
+    demonstration): each policy segment ends with EOS, as a sampled action does."""
+    ep = EpisodeTokens(tok.encode_prompt(prompt))
+    for text, by_policy in segments:
+        ids = tok.encode(text, bos=False)
+        if by_policy:
+            ids = ids + [tok.eos_token_id]
+            ep.add_policy(ids, [0.0] * len(ids))
+        else:
+            ep.add_env(ids)
+    return ep.prompt_ids, ep.ids, ep.mask
+
+
+def policy_token_units(sample, max_len: int | None, per: str) -> int:
+    """`training.microbatch.loss_units` for a masked sample: for `token_mean`, the policy tokens
+    that survive truncation to `max_len` (environment tokens are not averaged over)."""
+    if per != "token_mean":
+        return 1
+    keep = len(sample.completion_ids) if max_len is None else max(0, max_len - len(sample.prompt_ids))
+    return int(sum(sample.completion_mask[:keep]))
+
+
+@torch.no_grad()
+def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
+                   top_p: float = 1.0, greedy: bool = False, batch_size: int = 64,
+                   generator: torch.Generator | None = None, tokenizer=None) -> list[Sample]:
+    """The next action of every live episode, in batches: like `training.generate.sample`, but
+    from token contexts (prompt + the episode so far), which must not be re-tokenised."""
+    from training.policy import tokenizer_of  # noqa: PLC0415
+
+    tok = tokenizer or tokenizer_of(model)
+    was_training = model.training
+    model.eval()
+    out: list[Sample] = []
+    for start in range(0, len(contexts), batch_size):
+        out.extend(_sample_batch(model, contexts[start:start + batch_size], max_new_tokens,
+                                 temperature, top_p, greedy, generator, True, tok))
+    model.train(was_training)
+    return out
