@@ -5,7 +5,10 @@ tries again, and submits.
 `step(action_text) -> (observation, done, info)`). The episode's workspace is a dict
 path -> content held here; every command runs in a *fresh* sandbox execution over those files
 and the files it changed or made are read back, so no sandbox outlives a turn and nothing leaks
-when an episode ends or fails. The final grade is an injected `grade(task, files) -> dict`
+when an episode ends or fails. That is how "one sandbox for the whole episode" is realised: the
+workspace persists across turns, the processes do not. It also makes the whole episode a small
+plain value (`EpisodeState`): `state()` / `from_state()` move it between processes, so any
+worker of a cluster can run any episode's next step. The final grade is an injected `grade(task, files) -> dict`
 (see `rewards/episode_grading.py`), so this module needs only `sandbox.base`. The action format
 is documented in `sandbox/EPISODES.md`.
 """
@@ -17,7 +20,7 @@ import re
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.workspace import check_relpath
@@ -125,6 +128,22 @@ finally:
 sys.exit(code)
 '''
 
+Intro = Literal["full", "brief", "prompt"]
+_VISIBLE = re.compile(r"^(\d+)/(\d+) visible examples passed$", re.M)
+
+
+@dataclass(frozen=True)
+class EpisodeState:
+    """Everything an episode in progress is: picklable, a few KB (the workspace's text files)."""
+
+    task: Any  # tasks.record.Task
+    files: dict[str, str]
+    turn: int = 0
+    used_s: float = 0.0
+    done: bool = False
+    history: tuple[dict, ...] = ()
+
+
 _ACTION = re.compile(
     r'<write\s+path\s*=\s*"(?P<path>[^"]*)"\s*>(?P<body>.*?)</write>'
     r"|<run_tests\s*/>"
@@ -225,17 +244,25 @@ def truncate(text: str, max_bytes: int) -> str:
 class EpisodeEnv:
     """One agent episode at a time over a task; see the module docstring."""
 
-    def __init__(self, sandbox: Sandbox, limits: Limits, grade: Grader, max_turns: int = 8,
-                 time_budget_s: float = 60.0, obs_bytes: int = 4096) -> None:
+    def __init__(self, sandbox: Sandbox | None, limits: Limits, grade: Grader | None,
+                 max_turns: int = 8, time_budget_s: float = 60.0, obs_bytes: int = 4096,
+                 intro: Intro = "full") -> None:
+        """`intro` is the first observation: "full" = instructions, the prompt and every visible
+        example; "brief" = instructions and the prompt (the visible examples only through
+        `<run_tests/>`); "prompt" = the task prompt alone (a small policy trained on the action
+        format needs no instructions). `sandbox`/`grade` may be None where only `reset` runs."""
         if max_turns < 1:
             raise ValueError(f"max_turns must be >= 1, got {max_turns!r}")
         if time_budget_s <= 0:
             raise ValueError(f"time_budget_s must be > 0, got {time_budget_s!r}")
+        if intro not in ("full", "brief", "prompt"):
+            raise ValueError(f"intro must be 'full', 'brief' or 'prompt', got {intro!r}")
         if obs_bytes < 256:
             raise ValueError(f"obs_bytes must be >= 256 (room for an error message), "
                              f"got {obs_bytes!r}")
         self.sandbox, self.limits, self.grade = sandbox, limits, grade
         self.max_turns, self.time_budget_s, self.obs_bytes = max_turns, time_budget_s, obs_bytes
+        self.intro = intro
         self.task: Any = None
         self.files: dict[str, str] = {}
         self.turn = 0
@@ -248,13 +275,47 @@ class EpisodeEnv:
         self.task = task
         self.files = {"solution.py": task.prompt}
         self.turn, self.used_s, self.done, self.history = 0, 0.0, False, []
+        if self.intro == "prompt":
+            return task.prompt
         examples = "".join(f"  {task.entry_point}({', '.join(repr(a) for a in ex.args)}) == "
                            f"{ex.expected!r}\n" for ex in task.examples) or "  (none)\n"
+        if self.intro == "brief":
+            examples = f"  {len(task.examples)} (run <run_tests/> to see them)\n"
         obs = (INSTRUCTIONS.format(max_turns=self.max_turns, budget=self.time_budget_s)
                + f"\nTask: implement `{task.entry_point}` in solution.py.\n\n{task.prompt}\n"
                + f"Visible examples (<run_tests/> checks these):\n{examples}"
                + "solution.py now holds the prompt above.\n")
         return truncate(obs, self.obs_bytes)
+
+    def state(self) -> EpisodeState:
+        """The episode as a plain value (see `from_state`)."""
+        return EpisodeState(self.task, dict(self.files), self.turn, self.used_s, self.done,
+                            tuple(self.history))
+
+    def restore(self, state: EpisodeState) -> "EpisodeEnv":
+        """Continue the episode `state` in this env (its sandbox, limits, grader, settings)."""
+        self.task, self.files, self.turn = state.task, dict(state.files), state.turn
+        self.used_s, self.done, self.history = state.used_s, state.done, list(state.history)
+        return self
+
+    def end(self, reason: str) -> dict:
+        """End the episode now without an action (e.g. the policy's context is full): grade the
+        workspace as it is. Returns the closing info (as the last `step` would)."""
+        if self.task is None or self.done:
+            raise RuntimeError("end() needs an episode in progress: call reset(task) first")
+        info: dict = {"turn": self.turn, "actions": [], "infra_error": False, "seconds": 0.0,
+                      "action": "none"}
+        self._close(reason, info)
+        self.history.append(info)
+        return info
+
+    def _close(self, reason: str, info: dict) -> str:
+        self.done = True
+        info["end_reason"] = reason
+        grade = self.grade(self.task, dict(self.files))
+        info["grade"] = grade
+        info["reward"] = grade.get("reward")
+        return f"Episode over ({reason}). Final reward: {grade.get('reward')!r}."
 
     def step(self, action_text: str) -> tuple[str, bool, dict]:
         if self.task is None or self.done:
@@ -282,12 +343,7 @@ class EpisodeEnv:
         reason = ("submit" if submitted else "max_turns" if self.turn >= self.max_turns
                   else "time_budget" if self.used_s >= self.time_budget_s else None)
         if reason:
-            self.done = True
-            info["end_reason"] = reason
-            grade = self.grade(self.task, dict(self.files))
-            info["grade"] = grade
-            info["reward"] = grade.get("reward")
-            parts.append(f"Episode over ({reason}). Final reward: {grade.get('reward')!r}.")
+            parts.append(self._close(reason, info))
         else:
             left = self.max_turns - self.turn
             parts.append(f"[turn {self.turn}/{self.max_turns}; {left} left]")
@@ -308,6 +364,9 @@ class EpisodeEnv:
                 return "Visible tests: this task shows none; check your own calls with <run>."
             res = self._run_tests(limits)
             head = "Visible tests"
+            m = _VISIBLE.findall(res.stdout)
+            if m and not res.infra_error:  # the last run_tests of the turn counts (shaping)
+                info["visible_passed"], info["visible_total"] = int(m[-1][0]), int(m[-1][1])
         else:
             res = self._run(a.argv, limits)
             head = "$ python " + " ".join(shlex.quote(x) for x in a.argv)
