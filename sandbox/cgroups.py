@@ -96,6 +96,11 @@ class ExecGroup:
     def procs_files(self) -> list[str]:
         return [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
 
+    def adopt(self, pid: int) -> None:
+        """Move process `pid` (not its existing children) into every group; OSError if not."""
+        for path in self.procs_files():
+            _write(path, str(pid))
+
     def peak_mb(self) -> float | None:
         d = self.dirs.get("memory")
         value = _read_int(os.path.join(d, "memory.max_usage_in_bytes")) if d else None

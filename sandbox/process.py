@@ -38,6 +38,34 @@ _LAUNCH = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "rollforge-launch:
 _SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
                 "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
 _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
+FORK_SERVER_ENV = "ROLLFORGE_FORK_SERVER"  # "0" turns the fast path off everywhere (A/B runs)
+_fallback_noted: set[str] = set()
+
+
+def fork_server_unavailable(host: HostSupport, wanted: bool = True) -> str | None:
+    """Why the fork-server fast path cannot run here, or None when it can.
+
+    It needs what makes a forked child as isolated as a fresh process: bubblewrap's namespaces
+    (the zygote lives inside them) and root, to give each child an unused uid of its own.
+    """
+    if not wanted:
+        return "turned off by config"
+    if os.environ.get(FORK_SERVER_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        return f"turned off by {FORK_SERVER_ENV}={os.environ[FORK_SERVER_ENV]}"
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return "needs Linux with pidfd_open (Python 3.9+, kernel 5.3+)"
+    if not host.bwrap:
+        return "needs bubblewrap (the zygote runs inside its namespaces)"
+    if not host.setpriv:
+        return "needs root, to run each execution as an unused uid apart from the zygote's"
+    return None
+
+
+def _note_fallback(why: str) -> None:
+    if why not in _fallback_noted:
+        _fallback_noted.add(why)
+        log.warning("process sandbox: fork-server fast path off (%s); every execution starts a "
+                    "fresh interpreter", why)
 
 
 def _site_packages(python: str) -> list[str]:
@@ -66,7 +94,8 @@ class ProcessSandbox:
 
     def __init__(self, python: str | None = None, *, use_bwrap: bool = True,
                  use_cgroups: bool = True, tmp_mb: int = 64, strict: bool = False,
-                 host: HostSupport | None = None, site_packages: bool = False) -> None:
+                 host: HostSupport | None = None, site_packages: bool = False,
+                 fork_server: bool = True, preload: Sequence[str] | None = None) -> None:
         self.python = python or sys.executable
         self.site_packages = site_packages
         self.tmp_mb = tmp_mb
@@ -80,8 +109,16 @@ class ProcessSandbox:
             log.warning("process sandbox runs with weaker isolation: %s", msg)
         self._binds = self._bind_args() if self.host.bwrap else []
         # Where the workspace appears inside bwrap: a path that hides none of the interpreter.
-        self._mount = next(m for m in ("/workspace", "/sandbox-workspace", "/rf-workspace")
-                           if not any(b.startswith(m) for b in self._binds))
+        self.mount = next(m for m in ("/workspace", "/sandbox-workspace", "/rf-workspace")
+                          if not any(b.startswith(m) for b in self._binds))
+        self.fork_server = None  # the fast path (sandbox/fork_server.py), where it can run
+        why_not = fork_server_unavailable(self.host, fork_server)
+        if why_not:
+            if fork_server:
+                _note_fallback(why_not)
+        else:
+            from sandbox.fork_server import PRELOAD, ForkServer
+            self.fork_server = ForkServer(self, PRELOAD if preload is None else tuple(preload))
 
     # -- argv -----------------------------------------------------------------------------
     def _bind_args(self) -> list[str]:
@@ -119,6 +156,31 @@ class ProcessSandbox:
             argv = [self.python, "-I", "-B", *argv[1:]]
         return argv
 
+    def bwrap_prefix(self, workdir: str, status_fd: int | None, extra: Sequence[str] = (),
+                     die_with_parent: bool = True) -> list[str]:
+        """bubblewrap's arguments up to its `--`: fresh namespaces, the read-only root with the
+        interpreter, the private /tmp and `workdir` at the workspace mount point.
+
+        `die_with_parent` ties bubblewrap to the *thread* that started it (PR_SET_PDEATHSIG):
+        right for a run that thread waits for, wrong for a server that outlives it."""
+        h = self.host
+        ns = [h.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try", "--new-session", "--hostname", "sandbox", *extra]
+        if die_with_parent:
+            ns.insert(6, "--die-with-parent")
+        if os.geteuid() != 0:
+            ns.append("--unshare-user")
+        if status_fd is not None:
+            ns += ["--json-status-fd", str(status_fd)]
+        # The private /tmp first, the interpreter's binds after it: an interpreter that
+        # lives under /tmp (a checkout there) stays visible on top of the fresh tmpfs.
+        ns += ["--proc", "/proc", "--dev", "/dev",
+               "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        ns += self._binds
+        ns += ["--bind", workdir, self.mount, "--remount-ro", "/", "--chdir", self.mount,
+               "--setenv", "HOME", self.mount, "--"]
+        return ns
+
     def _wrap(self, argv: list[str], limits: Limits, workdir: str, uid: int | None,
               group: ExecGroup | None, status_fd: int | None) -> list[str]:
         h = self.host
@@ -127,21 +189,7 @@ class ProcessSandbox:
             inner = [h.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *inner]
         if h.bwrap:
-            ns = [h.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                  "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-                  "--hostname", "sandbox"]
-            if os.geteuid() != 0:
-                ns.append("--unshare-user")
-            if status_fd is not None:
-                ns += ["--json-status-fd", str(status_fd)]
-            # The private /tmp first, the interpreter's binds after it: an interpreter that
-            # lives under /tmp (a checkout there) stays visible on top of the fresh tmpfs.
-            ns += ["--proc", "/proc", "--dev", "/dev",
-                   "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
-            ns += self._binds
-            ns += ["--bind", workdir, self._mount, "--remount-ro", "/", "--chdir", self._mount,
-                   "--setenv", "HOME", self._mount, "--"]
-            inner = ns + inner
+            inner = self.bwrap_prefix(workdir, status_fd) + inner
         elif h.unshare:
             ns = [h.unshare, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
                   "--mount", "--mount-proc"]
@@ -174,6 +222,10 @@ class ProcessSandbox:
             raise ValueError("argv must name a command, got an empty sequence")
         for rel in list(files) + list(collect):
             check_relpath(rel)  # bad input from the caller: refused, not an infra_error
+        if self.fork_server is not None:
+            plan = self.fork_server.plan(files, self._command(argv))
+            if plan is not None:
+                return self.fork_server.run(files, plan, limits, stdin, collect)
         workdir = None
         group = None
         r_fd = w_fd = None
@@ -246,7 +298,8 @@ class ProcessSandbox:
                 group.remove()
 
     def close(self) -> None:
-        pass
+        if self.fork_server is not None:
+            self.fork_server.close()
 
 
 def _give_to(workdir: str, uid: int) -> None:

@@ -1,0 +1,436 @@
+"""The zygote: a warm interpreter inside the process sandbox that forks one child per execution.
+
+`sandbox/fork_server.py` starts it as `python -I -B [-S ...] -c <this file's source> <config>`
+inside the same bubblewrap boundary a plain execution gets (fresh pid/net/mount/ipc/uts
+namespaces, read-only root, private /tmp, the workspace at its mount point), as pid 1 of its pid
+namespace, uid 0 holding only CAP_SETUID, CAP_SETGID and CAP_KILL (bounding set included), with
+no_new_privs. It imports the graders' modules once; each execution is a fork of it.
+
+The child of one execution: a new session; its own pipes as fds 0, 1, 2 and no other descriptor;
+it waits until the host has moved it into the execution's cgroup; then its rlimits; then it drops
+to the execution's unused uid (which clears every capability), changes to the workspace and runs
+the program in the forked interpreter, as `python script.py` or `python -c code` would, ending
+with the interpreter's own finalization. The zygote never runs requested code itself, installs
+no signal handler and no audit hook and starts no thread, so a child starts from a clean
+interpreter; whatever the child does dies with it.
+
+Threat model: the code runs as a uid of its own, so it can neither signal nor ptrace the zygote
+(uid 0, and pid 1, which its namespace cannot signal), nor read its descriptors. After each
+execution the zygote kills every other process of its namespace (`kill(-1)`) and reports state
+that could reach the next execution and that it cannot reset (System V IPC objects, sockets in
+TIME_WAIT); the host then retires it. The host empties the workspace and /tmp.
+
+Standard library only, and never `ctypes` or `socket`: a forked child inherits every loaded
+module, and the harness's guard (`rewards/guard.py`) flags those imports through an audit hook,
+which does not fire for a module that is already loaded.
+
+Protocol, one JSON object per line; requests on the zygote's stdin, answers on its stdout (moved
+to other descriptors at start; 0, 1 and 2 are then /dev/null):
+  zygote -> {"ready": true, "modules": N}                                   once, at start
+  host   -> {"op": "run", "id", "argv", "orig_argv", "uid", "stdin": b64|null, "timeout_s",
+             "output_bytes", "rlimits": {"RLIMIT_FSIZE": n, ...}, "hold": bool}
+  zygote -> {"id", "forked": pid}       with hold: the child waits for the host's next line,
+  host   -> {"op": "go", "id"}          anything else kills it
+  zygote -> {"id", "exit": code|null, "signal": n|null, "timed_out", "overflow", "killed",
+             "duration_s", "stdout": b64, "stderr": b64, "taint": [reason, ...]}
+`argv` is the program's own: ["main.py", args...] or ["-c", code, args...].
+"""
+import binascii
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+_MARK = b"rollforge-zygote: "  # prefix of a child's set-up failure on its stderr (exit 125)
+_IPC_FILES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
+
+
+class _Channel:
+    """Lines of JSON over two pipes."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd, self.buf = rfd, wfd, b""
+
+    def recv(self):
+        while b"\n" not in self.buf:
+            chunk = os.read(self.rfd, 1 << 20)
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def send(self, obj):
+        view = memoryview((json.dumps(obj) + "\n").encode())
+        while view:
+            view = view[os.write(self.wfd, view):]
+
+
+def _b64(data):
+    return binascii.b2a_base64(bytes(data), newline=False).decode()
+
+
+def _reap(pid, box):
+    """Reap every exited child (orphans come to pid 1); `box` gets `pid`'s wait status."""
+    while True:
+        try:
+            got, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if got == 0:
+            return
+        if got == pid:
+            box.append(status)
+
+
+def _others():
+    return [p for p in os.listdir("/proc") if p.isdigit() and p != "1"]
+
+
+def _kill_all(pid, box, wait_s=5.0):
+    """SIGKILL every process of the namespace but this one, until none is left (or wait_s)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        _reap(pid, box)
+        if not _others():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.0005)
+
+
+def _read(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _taint():
+    """State an execution left in the shared namespaces that the next one could see: System V
+    IPC objects (they outlive their creator) and sockets, TIME_WAIT included (counted per
+    network namespace in sockstat; the per-socket tables walk every namespace's and are slow)."""
+    out = [path for path in _IPC_FILES if _read(path).count(b"\n") > 1]
+    words = _read("/proc/net/sockstat").split()
+    for label, key in ((b"sockets:", b"used"), (b"TCP:", b"inuse"), (b"TCP:", b"tw")):
+        try:
+            at = words.index(label)
+            count = int(words[words.index(key, at) + 1])
+        except (ValueError, IndexError):
+            continue
+        if count:
+            out.append("%s %s %d" % (label.decode(), key.decode(), count))
+    return out
+
+
+def _become_child(req, in_r, out_w, err_w, go_r, mount):
+    """In the fork: isolate, wait for the host's go, drop privileges. Never returns on error."""
+    try:
+        os.setsid()
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.dup2(go_r, 3)
+        os.closerange(4, 1 << 16)  # the zygote's channel and every other pipe
+        go = os.read(3, 1)
+        if go != b"g":
+            os._exit(0)
+        os.close(3)
+        for name, value in req["rlimits"].items():
+            resource.setrlimit(getattr(resource, name), (value, value))
+        uid = req["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # from uid 0 to another: every capability is cleared
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise OSError("uid did not change")
+        os.chdir(mount)
+    except BaseException as exc:
+        try:
+            os.write(2, _MARK + ("child set-up failed: %r\n" % (exc,)).encode())
+        finally:
+            os._exit(125)
+
+
+def _capture(chan, pid, fds, stdin, cap, timeout_s):
+    """Feed stdin, capture capped stdout/stderr, enforce the wall clock; then kill the rest."""
+    out_r, err_r, in_w = fds
+    start = time.monotonic()
+    deadline = start + timeout_s
+    bufs = {out_r: bytearray(), err_r: bytearray()}
+    sizes = {out_r: 0, err_r: 0}
+    box = []
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    for fd in (out_r, err_r):
+        os.set_blocking(fd, False)
+        poller.register(fd, select.POLLIN)
+    pending = memoryview(stdin) if stdin is not None else None
+    if in_w is not None:
+        os.set_blocking(in_w, False)
+        if len(pending):
+            poller.register(in_w, select.POLLOUT)
+        else:
+            os.close(in_w)
+            in_w = None
+    timed_out = overflow = exited = False
+
+    def take(fd):
+        nonlocal overflow
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            return False
+        room = cap - sizes[fd]
+        if room > 0:
+            bufs[fd] += chunk[:room]
+        sizes[fd] += len(chunk)
+        if sizes[fd] > cap:
+            overflow = True
+        return True
+
+    open_fds = {out_r, err_r}
+    while not exited and not overflow:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        # A short tick: orphans of the execution come to pid 1 and must be reaped promptly.
+        for fd, ev in poller.poll(min(left, 0.05) * 1000):
+            if fd == pidfd:
+                exited = True
+            elif fd == in_w:
+                try:
+                    pending = pending[os.write(in_w, pending[:65536]):]
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pending = pending[:0]
+                if not len(pending):
+                    poller.unregister(in_w)
+                    os.close(in_w)
+                    in_w = None
+            elif fd in open_fds and not take(fd):
+                poller.unregister(fd)
+                open_fds.discard(fd)
+        _reap(pid, box)
+        if box:
+            exited = True
+    duration = time.monotonic() - start
+    killed = not exited  # stopped by us (wall clock or output cap) while still running
+    clean = _kill_all(pid, box)
+    if not box:  # the kill loop reaps everything; only a process stuck in the kernel remains
+        try:
+            box.append(os.waitpid(pid, 0)[1])
+        except ChildProcessError:
+            pass
+    for fd in list(open_fds):  # every writer is dead: read to end of file
+        os.set_blocking(fd, clean)  # (a survivor could hold a pipe open: then what is there)
+        while take(fd):
+            if not clean and not select.select([fd], [], [], 0)[0]:
+                break
+    for fd in (pidfd, out_r, err_r) + ((in_w,) if in_w is not None else ()):
+        os.close(fd)
+    status = box[0] if box else None
+    taint = _taint() if clean else ["a process of the execution could not be killed"]
+    return {"exit": os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status)
+            else None,
+            "signal": os.WTERMSIG(status) if status is not None and os.WIFSIGNALED(status)
+            else None,
+            "timed_out": timed_out, "overflow": overflow, "killed": killed,
+            "duration_s": duration, "stdout": _b64(bufs[out_r]), "stderr": _b64(bufs[err_r]),
+            "taint": taint}
+
+
+def _execute(chan, req, mount):
+    """Fork the execution's child; in the zygote answer with its result and return None, in the
+    child return the request (the caller unwinds to the top level to run it)."""
+    stdin = binascii.a2b_base64(req["stdin"]) if req["stdin"] is not None else None
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    go_r, go_w = os.pipe()
+    in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), None)
+    gc.freeze()  # the child's collections then leave the zygote's objects (and pages) alone
+    pid = os.fork()
+    if pid == 0:
+        _become_child(req, in_r, out_w, err_w, go_r, mount)
+        return req
+    for fd in (in_r, out_w, err_w, go_r):
+        os.close(fd)
+    if req["hold"]:
+        chan.send({"id": req["id"], "forked": pid})
+        go = chan.recv()
+        if not (isinstance(go, dict) and go.get("op") == "go" and go.get("id") == req["id"]):
+            os.close(go_w)  # the child exits without running anything
+            for fd in (out_r, err_r) + ((in_w,) if in_w is not None else ()):
+                os.close(fd)
+            _kill_all(pid, [])
+            if go is None:
+                os._exit(0)
+            chan.send({"id": req["id"], "error": "expected go, got %r" % (go,)})
+            return None
+    os.write(go_w, b"g")
+    os.close(go_w)
+    resp = _capture(chan, pid, (out_r, err_r, in_w), stdin, req["output_bytes"],
+                    req["timeout_s"])
+    resp["id"] = req["id"]
+    chan.send(resp)
+    return None
+
+
+def _serve(config):
+    """Answer requests until the host closes stdin; returns only in a forked child."""
+    chan = _Channel(os.dup(0), os.dup(1))
+    log = os.dup(2)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    os.close(null)
+    for name in config["preload"]:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    chan.send({"ready": True, "modules": len(sys.modules)})
+    try:
+        while True:
+            req = chan.recv()
+            if req is None:
+                os._exit(0)
+            if req.get("op") != "run":
+                chan.send({"id": req.get("id"), "error": "unknown request %r" % (req.get("op"),)})
+                continue
+            job = _execute(chan, req, config["mount"])
+            if job is not None:
+                return job
+    except BaseException as exc:  # a bad request or a broken channel: the host replaces us
+        os.write(log, ("zygote failed: %s: %s\n" % (type(exc).__name__, exc)).encode())
+        os._exit(70)
+
+
+def _run(job, mount):
+    """In the child: run the program as the interpreter runs `script.py` or `-c code`."""
+    import builtins
+
+    argv = job["argv"]
+    sys.argv[:] = argv[1:] if argv[0] == "-c" else argv
+    if argv[0] == "-c":
+        sys.argv[0] = "-c"
+    sys.orig_argv[:] = job["orig_argv"]
+    main = type(sys)("__main__")
+    d = main.__dict__
+    d.update(__annotations__={}, __builtins__=builtins)
+    if argv[0] == "-c":
+        d["__loader__"] = sys.modules["__main__"].__loader__  # the BuiltinImporter, as for -c
+        filename, source = "<string>", argv[1]
+    else:
+        filename = argv[0] if argv[0].startswith("/") else mount + "/" + argv[0]
+        loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", filename)
+        d.update(__file__=filename, __cached__=None, __loader__=loader)
+    sys.modules["__main__"] = main
+    code = 0
+    try:
+        if argv[0] != "-c":
+            with open(filename, "rb") as fh:
+                source = fh.read()
+        program = compile(source, filename, "exec", dont_inherit=True)
+        del argv, job, source, filename
+        exec(program, d)
+    except SystemExit as exc:  # what the interpreter's handle_system_exit does
+        code = _exit_code(exc.code)
+    except BaseException as exc:  # what the interpreter's PyErr_Print does, minus this frame
+        err = exc.with_traceback(exc.__traceback__.tb_next)
+        code = 1
+        _print_exception(err)
+        if isinstance(err, KeyboardInterrupt):
+            code = -signal.SIGINT  # the interpreter then dies by SIGINT
+        del err
+    _finalize(d, code)
+
+
+def _exit_code(value):
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    try:
+        sys.stderr.write(str(value) + "\n")
+    except BaseException:
+        pass
+    return 1
+
+
+def _print_exception(err):
+    sys.last_type, sys.last_value, sys.last_traceback = type(err), err, err.__traceback__
+    try:
+        sys.excepthook(type(err), err, err.__traceback__)
+    except BaseException as hook_exc:
+        sys.stderr.write("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_exc), hook_exc, hook_exc.__traceback__)
+        sys.stderr.write("\nOriginal exception was:\n")
+        sys.__excepthook__(type(err), err, err.__traceback__)
+
+
+def _finalize(main_dict, code):
+    """The observable part of the interpreter's exit (non-daemon threads joined, atexit
+    callbacks, stdio flushed, the program's own objects released), then _exit: tearing down
+    every inherited module would copy the zygote's whole heap, page by page, for nothing."""
+    import atexit
+
+    if "threading" in sys.modules:
+        sys.modules["threading"]._shutdown()
+    atexit._run_exitfuncs()
+    if not _flush(sys.stdout, unraisable=True):
+        code = 120 if code >= 0 else code
+    for key in [k for k in main_dict if k.startswith("_") and k != "__builtins__"]:
+        main_dict[key] = None  # the interpreter's own order: underscored names first
+    for key in [k for k in main_dict if k != "__builtins__"]:
+        main_dict[key] = None
+    del main_dict
+    gc.collect()  # the program's own cycles (the zygote's objects are frozen, left untouched)
+    _flush(sys.stdout, unraisable=False)
+    _flush(sys.stderr, unraisable=False)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    try:
+        os._exit(code & 0xFF)
+    except (OverflowError, TypeError):
+        os._exit(255)
+
+
+def _flush(stream, unraisable):
+    if stream is None or getattr(stream, "closed", True):
+        return True
+    try:
+        stream.flush()
+        return True
+    except BaseException as exc:
+        if unraisable:
+            try:
+                sys.stderr.write("Exception ignored in: %r\n" % (stream,))
+                sys.__excepthook__(type(exc), exc, exc.__traceback__)
+            except BaseException:
+                pass
+        return False
+
+
+if __name__ == "__main__":
+    _config = json.loads(sys.argv[1])
+    _job = _serve(_config)
+    _run(_job, _config["mount"])
