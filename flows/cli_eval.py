@@ -38,6 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="samples graded per sandbox run, each in its own process inside it "
                         "(default: enough batches for every worker, at most 16; 1 gives every "
                         "sample its own sandbox)")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help="process backend: a fresh interpreter per sandbox run instead of a fork "
+                        "of the warm zygote (sandbox.fork_server; on by default)")
     p.add_argument("--quiet", action="store_true", help="print only the pass@k lines")
     p.set_defaults(func=run_eval)
 
@@ -89,8 +92,8 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
 
 def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
                   timeout_s: float = 10.0, per_test_timeout_s: float = 3.0,
-                  ks: tuple[int, ...] = (1, 10, 100), batch_size: int | None = None
-                  ) -> tuple[dict[int, float], list, str]:
+                  ks: tuple[int, ...] = (1, 10, 100), batch_size: int | None = None,
+                  fork_server: bool = True) -> tuple[dict[int, float], list, str]:
     """Score a samples file; returns (pass@k, per-sample results, path of the results file)."""
     from flows.cli import UsageError
     from rewards.aggregate import RewardConfig
@@ -106,7 +109,7 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
     tasks = humaneval_by_id()
     samples = read_samples(samples_path, set(tasks))
     try:
-        sbx_cfg = SandboxConfig(backend=backend, timeout_s=timeout_s)
+        sbx_cfg = SandboxConfig(backend=backend, timeout_s=timeout_s, fork_server=fork_server)
         cfg = RewardConfig(per_test_timeout_s=per_test_timeout_s)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -132,7 +135,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--k {args.k!r}: every k must be at least 1")
     pass_k, results, out_path = evaluate_file(args.samples, args.backend, args.workers,
                                               args.timeout, args.per_test_timeout, ks,
-                                              args.batch_size)
+                                              args.batch_size, not args.no_fork_server)
     scored = [r for r in results if not r.breakdown.infra_error]
     solved = sum(r.breakdown.solved for r in scored)
     problems = len({r.task_id for r in results})

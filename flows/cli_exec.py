@@ -17,6 +17,9 @@ def register(subparsers) -> None:
     p.add_argument("--pids", type=int, default=64, metavar="N", help="process/thread limit")
     p.add_argument("--output-bytes", type=int, default=65536, metavar="B",
                    help="cap on captured stdout and on stderr")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help="process backend: start a fresh interpreter instead of forking the warm "
+                        "zygote (the fork server is on by default where the host allows it)")
     p.set_defaults(func=_exec)
 
 
@@ -38,7 +41,8 @@ def _exec(args: argparse.Namespace) -> int:
     try:
         cfg = SandboxConfig(backend=args.backend, timeout_s=args.timeout,
                             memory_mb=args.memory_mb, pids=args.pids,
-                            output_bytes=args.output_bytes, pool_size=0)
+                            output_bytes=args.output_bytes, pool_size=0,
+                            fork_server=not args.no_fork_server)
     except ValidationError as exc:
         err = exc.errors()[0]
         flag = "-".join(map(str, err["loc"])).replace("_", "-")
@@ -61,5 +65,6 @@ def _exec(args: argparse.Namespace) -> int:
     if hasattr(sandbox, "protections"):
         record["protections"] = list(sandbox.protections)
         record["missing_protections"] = dict(sandbox.missing)
+        record["fork_server"] = getattr(sandbox, "fork_server", None) is not None
     print(json.dumps(record))
     return 0 if result.status == "ok" else 1

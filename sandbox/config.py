@@ -31,6 +31,13 @@ class SandboxConfig(BaseModel):
     site_packages: bool = Field(False, description="process backend: show the interpreter's "
                                 "site-packages read-only inside the sandbox (data-analysis tasks "
                                 "need pandas); off, only the standard library is importable")
+    fork_server: bool = Field(
+        True, description="process backend: run `python script.py` and `python -c` executions "
+        "as forks of a warm zygote that lives inside the same bubblewrap boundary (its own uid, "
+        "cgroups, rlimits, workspace and /tmp per execution; same result record): no interpreter "
+        "start per execution. Needs bubblewrap and root; elsewhere, and when off, every "
+        "execution starts a fresh interpreter. The environment variable ROLLFORGE_FORK_SERVER=0 "
+        "turns it off everywhere. See sandbox/FORK_SERVER.md")
     pool_size: int = Field(2, ge=0, description="docker backend: warm containers kept per "
                            "limit pair; 0 starts a fresh container per execution (cold)")
     cpus: float = Field(1.0, gt=0, description="docker backend: CPU limit of one container")

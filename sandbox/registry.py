@@ -12,7 +12,7 @@ def _process(cfg: SandboxConfig) -> Sandbox:
 
     return ProcessSandbox(use_bwrap=cfg.use_bwrap, use_cgroups=cfg.use_cgroups,
                           tmp_mb=cfg.tmp_mb, strict=cfg.strict,
-                          site_packages=cfg.site_packages)
+                          site_packages=cfg.site_packages, fork_server=cfg.fork_server)
 
 
 def _docker(cfg: SandboxConfig) -> Sandbox:
