@@ -38,6 +38,25 @@ def iteration_table(metrics: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def family_groups(fams: list[str]) -> dict[str, list[str]]:
+    """Verification-only families (no reference: only RL can teach them) against the rest, when
+    a run has both."""
+    from tasks.procedural import FAMILIES
+
+    vo = [f for f in fams if f in FAMILIES and FAMILIES[f].verify_only]
+    rest = [f for f in fams if f not in vo]
+    return {"verify-only": vo, "with reference": rest} if vo and rest else {}
+
+
+def _group_rate(ev: dict, group: list[str], mode: str) -> float:
+    """Task-weighted pass rate of several families."""
+    pairs = [(ev.get(f"heldout/{f}/pass_{mode}", math.nan), ev.get(f"heldout/{f}/tasks", 0))
+             for f in group]
+    pairs = [(r, n) for r, n in pairs if n and not math.isnan(r)]
+    total = sum(n for _, n in pairs)
+    return sum(r * n for r, n in pairs) / total if total else math.nan
+
+
 def summary(result: dict, metrics: pd.DataFrame) -> str:
     b, f = result["baseline"], result["final"]
     fams = sorted({k.split("/")[1] for k in b if k.count("/") == 2})
@@ -45,6 +64,11 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
            f"held-out pass rate ({b['heldout/tasks']} tasks)       SFT start (v0)   after RL (v{result['iterations']})"]
     out.append(f"  greedy                              {b['heldout/pass_greedy']:.3f}            {f['heldout/pass_greedy']:.3f}")
     out.append(f"  sampled                             {b['heldout/pass_sampled']:.3f}            {f['heldout/pass_sampled']:.3f}")
+    for name, group in family_groups(fams).items():
+        n = sum(b.get(f"heldout/{fam}/tasks", 0) for fam in group)
+        out.append(f"  {name + f' ({n})':<16} greedy / sampled  {_group_rate(b, group, 'greedy'):.3f} / "
+                   f"{_group_rate(b, group, 'sampled'):.3f}    {_group_rate(f, group, 'greedy'):.3f} / "
+                   f"{_group_rate(f, group, 'sampled'):.3f}")
     for fam in fams:
         n = b.get(f"heldout/{fam}/tasks")
         label = f"{fam} ({n})" if n is not None else fam
