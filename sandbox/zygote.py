@@ -6,12 +6,13 @@ namespaces, read-only root, private /tmp, the workspace at its mount point), as 
 namespace, uid 0 holding only CAP_SETUID, CAP_SETGID and CAP_KILL (bounding set included), with
 no_new_privs. It imports the graders' modules once; each execution is a fork of it.
 
-The child of one execution: a new session; its own pipes as fds 0, 1, 2 and no other descriptor;
-it waits until the host has moved it into the execution's cgroup; then its rlimits; then it drops
-to the execution's unused uid (which clears every capability), changes to the workspace and runs
-the program in the forked interpreter, as `python script.py` or `python -c code` would, ending
-with the interpreter's own finalization. The zygote never runs requested code itself, installs
-no signal handler and no audit hook and starts no thread, so a child starts from a clean
+The child of one execution is forked ahead of its request (so the host can move it into the
+execution's cgroups before it runs anything, and the fork is off the request's path): a new
+session, its own pipes as fds 0, 1, 2 and no other descriptor; it waits for its job; then its
+rlimits; then it drops to the execution's unused uid (which clears every capability), changes to
+the workspace and runs the program in the forked interpreter, as `python script.py` or `python
+-c code` would, and exits as the interpreter does. The zygote never runs requested code itself,
+installs no signal handler and no audit hook and starts no thread, so a child starts from a clean
 interpreter; whatever the child does dies with it.
 
 Threat model: the code runs as a uid of its own, so it can neither signal nor ptrace the zygote
@@ -26,14 +27,14 @@ which does not fire for a module that is already loaded.
 
 Protocol, one JSON object per line; requests on the zygote's stdin, answers on its stdout (moved
 to other descriptors at start; 0, 1 and 2 are then /dev/null):
-  zygote -> {"ready": true, "modules": N}                                   once, at start
+  zygote -> {"ready": true, "modules": N}        once, at start, its first child waiting
   host   -> {"op": "run", "id", "argv", "orig_argv", "uid", "stdin": b64|null, "timeout_s",
-             "output_bytes", "rlimits": {"RLIMIT_FSIZE": n, ...}, "hold": bool}
-  zygote -> {"id", "forked": pid}       with hold: the child waits for the host's next line,
-  host   -> {"op": "go", "id"}          anything else kills it
+             "output_bytes", "rlimits": {"RLIMIT_FSIZE": n, ...}}
   zygote -> {"id", "exit": code|null, "signal": n|null, "timed_out", "overflow", "killed",
              "duration_s", "stdout": b64, "stderr": b64, "taint": [reason, ...]}
-`argv` is the program's own: ["main.py", args...] or ["-c", code, args...].
+  zygote -> {"spawned": pid}                     the next child waits
+`argv` is the program's own: ["main.py", args...] or ["-c", code, args...]. Anything else from
+the host ends the zygote.
 """
 import binascii
 import gc
@@ -135,28 +136,39 @@ def _taint():
     return out
 
 
-def _become_child(req, in_r, out_w, err_w, go_r, mount):
-    """In the fork: isolate, wait for the host's go, drop privileges. Never returns on error."""
+def _become_child(fds, mount):
+    """In the fork: wait for the job, isolate, drop privileges; return the job. A closed job
+    pipe (the zygote is going away) ends the child; a failure of the set-up exits with 125."""
+    in_r, out_w, err_w, job_r = fds
     try:
         os.setsid()
-        os.dup2(in_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(go_r, 3)
+        for fd, to in ((in_r, 0), (out_w, 1), (err_w, 2), (job_r, 3)):
+            os.dup2(fd, to)
         os.closerange(4, 1 << 16)  # the zygote's channel and every other pipe
-        go = os.read(3, 1)
-        if go != b"g":
+        data = b""
+        while True:
+            chunk = os.read(3, 1 << 20)
+            if not chunk:
+                break
+            data += chunk
+        if not data:
             os._exit(0)
         os.close(3)
-        for name, value in req["rlimits"].items():
+        job = json.loads(data)
+        if job["stdin"] is None:
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.close(null)
+        for name, value in job["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (value, value))
-        uid = req["uid"]
+        uid = job["uid"]
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)  # from uid 0 to another: every capability is cleared
         if os.getuid() != uid or os.geteuid() != uid:
             raise OSError("uid did not change")
         os.chdir(mount)
+        return job
     except BaseException as exc:
         try:
             os.write(2, _MARK + ("child set-up failed: %r\n" % (exc,)).encode())
@@ -164,7 +176,39 @@ def _become_child(req, in_r, out_w, err_w, go_r, mount):
             os._exit(125)
 
 
-def _capture(chan, pid, fds, stdin, cap, timeout_s):
+class _Child:
+    """The next execution's child, forked ahead of its request, and the zygote's ends of its
+    pipes. It waits on its job pipe; the host moves it into the execution's cgroup meanwhile."""
+
+    def __init__(self, mount):
+        gc.freeze()  # its collections then leave the zygote's objects (and pages) alone
+        in_r, self.in_w = os.pipe()
+        self.out_r, out_w = os.pipe()
+        self.err_r, err_w = os.pipe()
+        job_r, self.job_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.job = _become_child((in_r, out_w, err_w, job_r), mount)
+            return
+        self.job = None
+        for fd in (in_r, out_w, err_w, job_r):
+            os.close(fd)
+
+    def start(self, job):
+        """Hand the child its job (the request without stdin). False if it is gone."""
+        data = json.dumps(dict(job, stdin=None if job["stdin"] is None else "")).encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.job_w, view):]
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(self.job_w)
+
+
+def _capture(pid, fds, stdin, cap, timeout_s):
     """Feed stdin, capture capped stdout/stderr, enforce the wall clock; then kill the rest."""
     out_r, err_r, in_w = fds
     start = time.monotonic()
@@ -257,40 +301,23 @@ def _capture(chan, pid, fds, stdin, cap, timeout_s):
             "taint": taint}
 
 
-def _execute(chan, req, mount):
-    """Fork the execution's child; in the zygote answer with its result and return None, in the
-    child return the request (the caller unwinds to the top level to run it)."""
+def _execute(chan, req, child):
+    """Run `req` in the waiting child and answer with its result."""
     stdin = binascii.a2b_base64(req["stdin"]) if req["stdin"] is not None else None
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    go_r, go_w = os.pipe()
-    in_r, in_w = os.pipe() if stdin is not None else (os.open(os.devnull, os.O_RDONLY), None)
-    gc.freeze()  # the child's collections then leave the zygote's objects (and pages) alone
-    pid = os.fork()
-    if pid == 0:
-        _become_child(req, in_r, out_w, err_w, go_r, mount)
-        return req
-    for fd in (in_r, out_w, err_w, go_r):
-        os.close(fd)
-    if req["hold"]:
-        chan.send({"id": req["id"], "forked": pid})
-        go = chan.recv()
-        if not (isinstance(go, dict) and go.get("op") == "go" and go.get("id") == req["id"]):
-            os.close(go_w)  # the child exits without running anything
-            for fd in (out_r, err_r) + ((in_w,) if in_w is not None else ()):
+    if stdin is None:
+        os.close(child.in_w)
+        child.in_w = None
+    if not child.start(req):
+        _kill_all(child.pid, [])
+        for fd in (child.out_r, child.err_r, child.in_w):
+            if fd is not None:
                 os.close(fd)
-            _kill_all(pid, [])
-            if go is None:
-                os._exit(0)
-            chan.send({"id": req["id"], "error": "expected go, got %r" % (go,)})
-            return None
-    os.write(go_w, b"g")
-    os.close(go_w)
-    resp = _capture(chan, pid, (out_r, err_r, in_w), stdin, req["output_bytes"],
-                    req["timeout_s"])
+        chan.send({"id": req["id"], "error": "the waiting child was gone"})
+        return
+    resp = _capture(child.pid, (child.out_r, child.err_r, child.in_w), stdin,
+                    req["output_bytes"], req["timeout_s"])
     resp["id"] = req["id"]
     chan.send(resp)
-    return None
 
 
 def _serve(config):
@@ -306,18 +333,18 @@ def _serve(config):
             __import__(name)
         except ImportError:
             pass
-    chan.send({"ready": True, "modules": len(sys.modules)})
+    hello = {"ready": True, "modules": len(sys.modules)}
     try:
         while True:
+            child = _Child(config["mount"])
+            if child.job is not None:
+                return child.job
+            chan.send(hello)  # first "ready", then "spawned" after each result
+            hello = {"spawned": child.pid}
             req = chan.recv()
-            if req is None:
-                os._exit(0)
-            if req.get("op") != "run":
-                chan.send({"id": req.get("id"), "error": "unknown request %r" % (req.get("op"),)})
-                continue
-            job = _execute(chan, req, config["mount"])
-            if job is not None:
-                return job
+            if req is None or req.get("op") != "run":
+                os._exit(0 if req is None else 71)  # the host replaces a zygote it confused
+            _execute(chan, req, child)
     except BaseException as exc:  # a bad request or a broken channel: the host replaces us
         os.write(log, ("zygote failed: %s: %s\n" % (type(exc).__name__, exc)).encode())
         os._exit(70)
@@ -432,5 +459,4 @@ def _flush(stream, unraisable):
 
 if __name__ == "__main__":
     _config = json.loads(sys.argv[1])
-    _job = _serve(_config)
-    _run(_job, _config["mount"])
+    _run(_serve(_config), _config["mount"])
