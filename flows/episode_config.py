@@ -23,9 +23,11 @@ class EpisodeConfig(BaseModel):
                                  "what is left, and the episode ends when it is spent")
     action_tokens: int = Field(160, ge=8, description="longest action (one turn of the policy), "
                                "in tokens")
-    obs_tokens: int = Field(96, ge=16, description="token budget of one observation in the "
-                            "policy's context: longer ones keep their first two thirds and last "
-                            "third with a marker between (the verdict line is at the end)")
+    obs_tokens: int = Field(256, ge=32, description="token budget of one observation in the "
+                            "policy's context: a longer one keeps whole lines, the ones that say "
+                            "what happened (FAIL lines, errors, the verdict, the turn counter) "
+                            "before PASS lines and tracebacks, with markers where lines were cut "
+                            "(training/episodes.py fit_observation)")
     obs_bytes: int = Field(4096, ge=256, description="hard cap of the environment's observation "
                            "text before the token budget applies")
     intro: Literal["prompt", "brief", "full"] = Field(

@@ -89,6 +89,11 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
 def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     if checkpoints.exists(cfg.run_dir, 0):
         return {"sft/reused": True}
+    if cfg.episodes.enabled and cfg.episodes.sft_demos:  # action-format demonstrations
+        from flows.episodes import sft_stage_episodes  # noqa: PLC0415 (it imports this module)
+
+        c = cfg.cluster
+        return sft_stage_episodes(cfg, dask_client(c.address, c.n_workers, c.threads_per_worker))
     train = [t for t in stages.sft_tasks(cfg.tasks) if t.reference]
     return sft_warm_start(cfg.run_dir, [t.prompt for t in train], [t.reference for t in train],
                           cfg.policy, cfg.sft, cfg.rl, cfg.seed)
@@ -147,7 +152,8 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
     samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
-                        reward=r["reward"], group_id=r["group_id"]) for r in rows]
+                        reward=r["reward"], group_id=r["group_id"],
+                        completion_mask=r.get("completion_mask")) for r in rows]
     return grpo_update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
                        cfg.sampling.temperature, cfg.seed)
 
@@ -242,13 +248,13 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
         print(cluster_description(client))
         t0 = time.perf_counter()
         sft = sft_stage.with_options(**opts)(cfg, 0)
-        baseline = evaluate.with_options(**opts)(cfg, 0)
+        baseline = _evaluate(cfg, 0, opts, client)
         log.info(f"SFT start (v0): held-out pass greedy {baseline['heldout/pass_greedy']:.3f}, "
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
         for it in range(start, cfg.iterations):
             metrics = run_iteration(cfg, it, opts, log, client)
             publish_iteration(cfg, it, metrics, log)
-        final = evaluate.with_options(**opts)(cfg, cfg.iterations)
+        final = _evaluate(cfg, cfg.iterations, opts, client)
     finally:
         close_clients()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
@@ -273,7 +279,20 @@ def _rollouts(cfg: RunConfig, it: int, v: int, rnd: int, items: list, opts: dict
     return [e for f in futures for e in f.result()]
 
 
+def _evaluate(cfg: RunConfig, version: int, opts: dict, client) -> dict:
+    """Held-out pass rates: of one-shot completions, or of episodes in episode mode."""
+    if cfg.episodes.enabled:
+        from flows.episodes import evaluate_episodes  # noqa: PLC0415
+
+        return evaluate_episodes(cfg, version, opts, client)
+    return evaluate.with_options(**opts)(cfg, version)
+
+
 def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
+    if cfg.episodes.enabled:  # multi-turn agent episodes (flows/episodes.py)
+        from flows.episodes import run_episode_iteration  # noqa: PLC0415
+
+        return run_episode_iteration(cfg, it, opts, log, client)
     v = it  # iteration i samples with policy version i and publishes version i + 1
     timings: dict[str, float] = {}
 
@@ -370,8 +389,9 @@ def evaluate_flow(run_dir: str = "runs/default", version: int | None = None) -> 
     opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
     try:
         c = cfg.cluster
-        print(cluster_description(dask_client(c.address, c.n_workers, c.threads_per_worker)))
-        out = evaluate.with_options(**opts)(cfg, version)
+        client = dask_client(c.address, c.n_workers, c.threads_per_worker)
+        print(cluster_description(client))
+        out = _evaluate(cfg, version, opts, client)
     finally:
         close_clients()
     publish_evaluation(cfg, version, out, get_run_logger())

@@ -12,6 +12,7 @@ conditions on, never a target it is trained to produce.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -24,17 +25,51 @@ OBS_OPEN, OBS_CLOSE = "<obs>\n", "\n</obs>\n"
 Segment = tuple[str, bool]  # (text, by_policy)
 
 
+# Lines by how much they say about what happened: 0 = the outcome (failures, the verdict, the
+# turn counter, the command's header), 1 = exception lines of a traceback, 2 = the rest.
+_TIER0 = re.compile(r"^(FAIL|LOAD ERROR|Malformed action|Episode over|\[turn |\d+/\d+ visible"
+                    r"|Visible tests|\$ python|write |stderr:)")
+_TIER1 = re.compile(r"^\w+(Error|Exception|Exit|Interrupt)\b")
+
+
+def _tier(line: str) -> int:
+    return 0 if _TIER0.match(line) else 1 if _TIER1.match(line) else 2
+
+
 def fit_observation(tok, text: str, budget: int) -> str:
-    """`text` cut to at most `budget` tokens of `tok`: the first two thirds and the last third
-    with a marker between (a test run's verdict line is at the end, its first failure near the
-    top)."""
-    ids = tok.encode(text, bos=False)
-    if len(ids) <= budget:
+    """`text` cut to at most `budget` tokens of `tok`, whole lines first: the lines that say
+    what happened (FAIL lines, errors, the verdict `k/n visible examples passed`, the turn
+    counter, the command's header) are kept before the rest (PASS lines, tracebacks), in their
+    original order, with a `[N lines cut]` marker where lines were left out; a key line
+    longer than what is left is cut at its end."""
+    n = lambda s: len(tok.encode(s, bos=False))  # noqa: E731
+    if n(text) <= budget:
         return text
-    marker = f"\n...[{len(ids)} tokens, cut]...\n"
-    room = max(0, budget - len(tok.encode(marker, bos=False)))
-    head, tail = ids[:room * 2 // 3], ids[len(ids) - (room - room * 2 // 3):] if room else []
-    return tok.decode(head) + marker + tok.decode(tail)
+    lines = text.split("\n")
+    cost = [n(line) + 1 for line in lines]
+    order = sorted(range(len(lines)), key=lambda i: (_tier(lines[i]), i))
+    reserve = n("\n[99 lines cut]") * 2  # room for up to two markers
+    left, kept = budget - reserve, {}
+    for i in order:
+        if cost[i] <= left:
+            kept[i], left = lines[i], left - cost[i]
+        elif _tier(lines[i]) == 0 and left > 8:  # a long key line: its start
+            ids = tok.encode(lines[i], bos=False)[:left - 1]
+            kept[i], left = tok.decode(ids), 0
+    out, gap = [], 0
+    for i in range(len(lines)):
+        if i in kept:
+            if gap:
+                out.append(f"[{gap} lines cut]")
+                gap = 0
+            out.append(kept[i])
+        else:
+            gap += 1
+    if gap:
+        out.append(f"[{gap} lines cut]")
+    text = "\n".join(out)
+    ids = tok.encode(text, bos=False)
+    return text if len(ids) <= budget else tok.decode(ids[:budget])
 
 
 def observation_text(obs: str) -> str:
