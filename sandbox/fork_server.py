@@ -19,6 +19,7 @@ breaks the protocol is replaced and the execution retried once; a second failure
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -59,6 +60,7 @@ FLAGS = ("-S", "-s", "-E", "-u", "-I", "-B")  # interpreter options a zygote can
 _FORK_WAIT_S = 10.0  # a zygote that does not fork or read within this is dead
 _GRACE_S = 10.0  # past the wall-clock limit, before a silent zygote counts as dead
 _START_S = 60.0  # a zygote must be ready within this (machines under load start slowly)
+_REMEMBER_MAX = 256 * 1024  # largest script a zygote keeps compiled
 _HOME_PIDS = 16  # the zygote, the outer bubblewrap and one child waiting to be moved
 _CAPS = ("--as-pid-1", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
          "--cap-add", "CAP_KILL", "--cap-add", "CAP_SETPCAP")
@@ -137,6 +139,7 @@ class Zygote:
         self.ws = os.path.join(self.spool, "ws")
         self._buf = b""
         self.spawned = False  # its next child is forked and waits for a job
+        self.remembered: set[bytes] = set()  # digests of the scripts it keeps compiled
         try:
             os.mkdir(self.ws, 0o700)
             self._start(sbx, preload)
@@ -286,14 +289,22 @@ class ForkServer:
         self._all: set[Zygote] = set()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        self._seen: dict[bytes, int] = {}  # digests of recent scripts -> times run
+        self._owner = os.getpid()  # a forked copy of this process must not use its zygotes
         self.started = 0  # zygote starts so far (replacements and failed starts included)
         self.served = 0  # executions a zygote answered
-        self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock)
+        self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock, self._owner)
 
     def plan(self, files: Mapping[str, str | bytes], argv: Sequence[str]) -> Plan | None:
         return plan_fast(argv, self.sbx.python, files)
 
     def _take(self, key: tuple) -> Zygote:
+        if os.getpid() != self._owner:  # this process is a fork: start afresh, leave theirs
+            with self._lock:
+                self._idle, self._all, self._owner = {}, set(), os.getpid()
+                self._finalizer.detach()
+                self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock,
+                                                   self._owner)
         while True:
             with self._lock:
                 idle = self._idle.get(key)
@@ -362,7 +373,8 @@ class ForkServer:
                 except OSError as exc:
                     raise ZygoteError(f"cannot move the child into its cgroup: {exc}") from None
             rid = next(self._ids)
-            z.send({"op": "run", "id": rid, "argv": list(plan.argv),
+            remember = self._remember(z, plan, files)
+            z.send({"op": "run", "id": rid, "argv": list(plan.argv), "remember": remember,
                     "orig_argv": list(plan.orig_argv), "uid": uid,
                     "stdin": _b64(stdin) if stdin is not None else None,
                     "timeout_s": limits.timeout_s, "output_bytes": limits.output_bytes,
@@ -401,6 +413,26 @@ class ForkServer:
             if group is not None:
                 group.remove()
 
+    def _remember(self, z: Zygote, plan: Plan, files: Mapping[str, str | bytes]) -> str | None:
+        """The script's source for the zygote to keep compiled, when this is the second time
+        it is run (a grader's harness is the same every time; a candidate's program seldom)."""
+        if plan.argv[0] == "-c":
+            return None
+        content = {os.path.normpath(k): v for k, v in files.items()}[os.path.normpath(plan.argv[0])]
+        data = content.encode() if isinstance(content, str) else content
+        if len(data) > _REMEMBER_MAX:
+            return None
+        digest = hashlib.sha256(data).digest()
+        with self._lock:
+            seen = self._seen.pop(digest, 0) + 1
+            self._seen[digest] = seen
+            while len(self._seen) > 256:
+                del self._seen[next(iter(self._seen))]
+        if seen < 2 or digest in z.remembered:
+            return None
+        z.remembered.add(digest)
+        return _b64(data)
+
     def zygote_pids(self) -> list[int]:
         """Host pids of the live zygotes (for tests and diagnostics)."""
         with self._lock:
@@ -410,7 +442,9 @@ class ForkServer:
         self._finalizer()
 
 
-def _kill_all(zygotes: set, lock: threading.Lock) -> None:
+def _kill_all(zygotes: set, lock: threading.Lock, owner: int) -> None:
+    if os.getpid() != owner:
+        return  # at the exit of a forked copy of the process: the zygotes are not its own
     with lock:
         doomed = list(zygotes)
         zygotes.clear()

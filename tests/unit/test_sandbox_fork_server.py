@@ -3,6 +3,7 @@ result records as a fresh interpreter, nothing an execution does reaches the nex
 cannot touch its zygote, and a dead or broken zygote is replaced without scoring anyone."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -433,3 +434,36 @@ def _wait_gone(pid: int, timeout_s: float = 5.0) -> None:
         except OSError:
             return
         time.sleep(0.01)
+
+
+def test_a_forked_copy_of_the_host_process_starts_its_own_zygotes(fast):
+    run_py(fast, "pass")
+    theirs = fast.fork_server.zygote_pids()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the copy: it must neither use nor, at its exit, kill the parent's zygotes
+        try:
+            res = run_py(fast, "print(6 * 7)")
+            ok = res.stdout == "42\n" and not set(fast.fork_server.zygote_pids()) & set(theirs)
+            os.write(w, b"1" if ok else b"0")
+            fast.close()
+        finally:
+            os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(r)
+    assert fast.fork_server.zygote_pids() == theirs and run_py(fast, "print(1)").stdout == "1\n"
+
+
+@pytest.mark.parametrize("source", [
+    "def f():\n    raise ValueError('x')\n\nf()\n",
+    "x = 1\nprint(x is 1)\n",  # a SyntaxWarning, printed when the file is compiled
+])
+def test_a_script_run_again_is_compiled_once_with_the_same_results(fast, plain, source):
+    want = _record(run_py(plain, source))
+    assert [_record(run_py(fast, source)) for _ in range(4)] == [want] * 4
+    digest = hashlib.sha256(source.encode()).digest()  # sent for the zygote to keep compiled
+    assert any(digest in z.remembered for z in fast.fork_server._all)
+    edited = source + "print('edited')\n"  # same name, other bytes: never the old code
+    assert _record(run_py(fast, edited)) == _record(run_py(plain, edited))
