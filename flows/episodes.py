@@ -42,7 +42,9 @@ from training.generate import Sample
 from training.policy import tokenizer_of
 from training.trainer import policy_for_sampling, sft_warm_start
 
-SampleFn = Callable[[int, list[list[int]]], list[Sample]]  # (turn, contexts) -> actions
+# (turn, contexts, episodes) -> one action per context; `episodes` are the live episodes the
+# contexts belong to (a scripted policy reads their observations, a model needs only contexts)
+SampleFn = Callable[[int, list[list[int]], list["Episode"]], list[Sample]]
 StepFn = Callable[[int, list[tuple[EpisodeState, str | None]]], list[Stepped]]
 
 
@@ -84,7 +86,7 @@ def play(tasks: list[Task], group: int, ecfg: EpisodeConfig, max_turns: int, max
         fits = [e for e in live if len(e.tokens.context()) + ecfg.action_tokens <= max_len]
         full = [e for e in live if len(e.tokens.context()) + ecfg.action_tokens > max_len]
         t0 = time.perf_counter()
-        samples = sample_fn(turn, [e.tokens.context() for e in fits]) if fits else []
+        samples = sample_fn(turn, [e.tokens.context() for e in fits], fits) if fits else []
         gen = (time.perf_counter() - t0) / max(1, len(fits))
         for e, s in zip(fits, samples):
             e.tokens.add_policy(s.completion_ids, s.logprobs)
@@ -211,7 +213,7 @@ def step_episodes(cfg: RunConfig, iteration: int, version: int, round_: str, sha
 
 def _flow_fns(cfg: RunConfig, it: int, v: int, rnd: str, max_turns: int, greedy: bool,
               opts: dict, client) -> tuple[SampleFn, StepFn]:
-    def sample_fn(turn, contexts):
+    def sample_fn(turn, contexts, _episodes):
         return sample_actions_stage.with_options(**opts)(cfg, it, v, rnd, turn, contexts, greedy)
 
     def step_fn(turn, items):

@@ -47,29 +47,35 @@ def fit_observation(tok, text: str, budget: int) -> str:
         return text
     lines = text.split("\n")
     cost = [n(line) + 1 for line in lines]
-    order = sorted(range(len(lines)), key=lambda i: (_tier(lines[i]), i))
-    reserve = n("\n[99 lines cut]") * 2  # room for up to two markers
-    left, kept = budget - reserve, {}
-    for i in order:
+    chosen: list[int] = []  # in priority order
+    shown = dict(enumerate(lines))
+    left = budget
+    for i in sorted(range(len(lines)), key=lambda i: (_tier(lines[i]), i)):
         if cost[i] <= left:
-            kept[i], left = lines[i], left - cost[i]
+            chosen.append(i)
+            left -= cost[i]
         elif _tier(lines[i]) == 0 and left > 8:  # a long key line: its start
-            ids = tok.encode(lines[i], bos=False)[:left - 1]
-            kept[i], left = tok.decode(ids), 0
-    out, gap = [], 0
-    for i in range(len(lines)):
-        if i in kept:
-            if gap:
-                out.append(f"[{gap} lines cut]")
+            shown[i] = tok.decode(tok.encode(lines[i], bos=False)[:left - 1])
+            chosen.append(i)
+            left = 0
+
+    def build(sel: list[int]) -> str:
+        out, gap, keep = [], 0, set(sel)
+        for i in range(len(lines)):
+            if i in keep:
+                if gap:
+                    out.append(f"[{gap} lines cut]")
                 gap = 0
-            out.append(kept[i])
-        else:
-            gap += 1
-    if gap:
-        out.append(f"[{gap} lines cut]")
-    text = "\n".join(out)
-    ids = tok.encode(text, bos=False)
-    return text if len(ids) <= budget else tok.decode(ids[:budget])
+                out.append(shown[i])
+            else:
+                gap += 1
+        return "\n".join(out + ([f"[{gap} lines cut]"] if gap else []))
+
+    while chosen and n(build(chosen)) > budget:  # the markers need room too
+        chosen.pop()
+    out = build(chosen)
+    ids = tok.encode(out, bos=False)
+    return out if len(ids) <= budget else tok.decode(ids[:budget])
 
 
 def observation_text(obs: str) -> str:
