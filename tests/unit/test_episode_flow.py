@@ -1,0 +1,161 @@
+"""Episode mode without Prefect or Dask: the edge families, the turn loop (`play`) with a
+scripted policy, the rows it writes and the demonstrations, through the real process sandbox
+and the hidden-test grader (each step runs `step_episode`, the function Dask workers run)."""
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from flows.config import load_config
+from flows.episode_exec import start_episode, step_episode
+from flows.episodes import build_demos, episode_rows, full_function, play, write_action
+from storage.schema import rows_to_table
+from tasks.families.edges import EDGES, first_attempts
+from tasks.procedural import generate_suite
+from training.generate import Sample
+from training.tokenizer import ByteTokenizer
+
+TOK = ByteTokenizer()
+EDGE_NAMES = [f.name for f in EDGES]
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config(None, ["episodes.enabled=true", "episodes.max_turns=3",
+                              "policy.max_len=640", "sampling.group_size=2", "episodes.obs_tokens=160",
+                              f"tasks.families={EDGE_NAMES}", "tasks.difficulties=[1]"])
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    ts = generate_suite(EDGE_NAMES, [1], 3)
+    return [next(t for t in ts if t.family == f) for f in EDGE_NAMES]
+
+
+@pytest.fixture(scope="module")
+def naive():
+    return first_attempts(EDGE_NAMES, [1], 3)
+
+
+def _local_step(cfg, max_turns):
+    def step(turn, items):  # what a Dask worker does, in this process, state pickled both ways
+        return [pickle.loads(pickle.dumps(step_episode(pickle.loads(pickle.dumps(s)), a, cfg.episodes,
+                                                       max_turns, cfg.sandbox, cfg.rewards)))
+                for s, a in items]
+    return step
+
+
+def _scripted(naive, fix_on_fail=True):
+    """Turn 1: the naive attempt + run the visible tests; then the reference after a FAIL."""
+    def fn(turn, contexts, episodes):
+        out = []
+        for ctx, e in zip(contexts, episodes):
+            if turn == 1:
+                text = write_action(full_function(e.task, naive[e.task.task_id]), "<run_tests/>")
+            elif fix_on_fail and "FAIL" in e.observations[-1]:
+                text = write_action(full_function(e.task, e.task.reference), "<submit/>")
+            else:
+                text = "<submit/>"
+            ids = TOK.encode(text, bos=False) + [TOK.eos_token_id]
+            out.append(Sample(ctx, ids, [-0.1] * len(ids), text, True))
+        return out
+    return fn
+
+
+def test_edge_task_shows_the_edge_in_a_visible_test_not_in_the_docstring(tasks):
+    for t in tasks:
+        assert len(t.examples) == 2
+        edge = t.examples[1]
+        call = f"{t.entry_point}({', '.join(repr(a) for a in edge.args)})"
+        assert call not in t.prompt and f">>> {t.entry_point}(" in t.prompt
+        assert any(c.args == edge.args for c in t.tests), t.task_id  # the hidden tests hold it
+
+
+def test_scripted_policy_fails_turn_one_reads_the_failure_and_passes_on_turn_two(cfg, tasks, naive):
+    eps = play(tasks, 1, cfg.episodes, 3, cfg.policy.max_len, TOK, _scripted(naive),
+               _local_step(cfg, 3))
+    for e in eps:
+        assert "FAIL" in e.observations[0], e.observations[0]
+        assert e.final["end_reason"] == "submit" and e.state.turn == 2
+        assert e.final["grade"]["solved"], (e.task.task_id, e.final["grade"])
+        assert len(e.turn_seconds) == 2 and all(s > 0 for s in e.turn_seconds)
+    # the same policy with one turn: graded on the naive attempt, never solved
+    one = play(tasks, 1, cfg.episodes, 1, cfg.policy.max_len, TOK, _scripted(naive),
+               _local_step(cfg, 1))
+    assert all(e.final["end_reason"] == "max_turns" and not e.final["grade"]["solved"]
+               for e in one)
+
+
+def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive):
+    # in each group of 2 the first episode fixes, the second submits the naive attempt
+    policies = [_scripted(naive, True), _scripted(naive, False)]
+
+    def mixed(turn, contexts, episodes):
+        return [policies[e.index](turn, [c], [e])[0] for c, e in zip(contexts, episodes)]
+
+    eps = play(tasks[:2], 2, cfg.episodes, 3, cfg.policy.max_len, TOK, mixed, _local_step(cfg, 3))
+    rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
+    table = rows_to_table(rows, 0, 0)  # the store's schema accepts them
+    assert table.num_rows == 4
+    for r in rows:
+        assert len(r["completion_token_ids"]) == len(r["completion_mask"]) == len(r["sampling_logprobs"])
+        env = [lp for lp, m in zip(r["sampling_logprobs"], r["completion_mask"]) if m == 0]
+        assert env and all(lp == 0.0 for lp in env)
+        assert r["turns"] == 2 and len(r["turn_seconds"]) == 2 and r["end_reason"] == "submit"
+        assert r["completion"].startswith(r["turn_actions"][0])
+        assert TOK.decode(r["completion_token_ids"]) == r["completion"]
+        assert r["episode_id"] == f"0:{r['group_id'].split(':')[1]}:{r['sample_index']}"
+    assert [r["reward"] > 0.99 for r in rows] == [True, False, True, False]
+    assert rows[0]["advantage"] > 0 > rows[1]["advantage"]
+    assert rows[0]["group_id"] == rows[1]["group_id"] != rows[2]["group_id"]
+
+
+def test_an_episode_whose_context_is_full_is_graded_as_it_stands(cfg, tasks, naive):
+    eps = play(tasks[:1], 1, cfg.episodes, 3, 300, TOK, _scripted(naive), _local_step(cfg, 3))
+    e = eps[0]
+    assert e.final["end_reason"] == "context_full" and e.state.turn == 1
+    assert "grade" in e.final and not e.final["grade"]["solved"]
+
+
+def test_visible_progress_shaping_is_off_by_default_and_adds_the_best_visible_fraction(cfg, tasks,
+                                                                                         naive):
+    eps = play(tasks[:1], 1, cfg.episodes, 3, cfg.policy.max_len, TOK, _scripted(naive, False),
+               _local_step(cfg, 3))
+    plain = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
+    assert plain["shaping_reward"] == 0.0
+    shaped_cfg = cfg.model_copy(update={"episodes": cfg.episodes.model_copy(
+        update={"shaping": "visible_progress", "shaping_coef": 0.5})})
+    shaped = episode_rows(shaped_cfg, 0, 0, eps, 1, cfg.hash())[0]
+    visible = eps[0].state.history[0]
+    assert visible["visible_total"] == 2 and visible["visible_passed"] in (0, 1)
+    assert shaped["shaping_reward"] == pytest.approx(0.5 * visible["visible_passed"] / 2)
+    assert shaped["reward"] == pytest.approx(plain["reward"] + shaped["shaping_reward"])
+
+
+def test_demonstrations_hold_the_real_observation_and_mark_the_first_try_share(cfg, tasks, naive):
+    ecfg = cfg.episodes.model_copy(update={"demo_first_try_share": 0.0})
+    demos = build_demos(tasks, naive, ecfg, TOK, _local_step(cfg, 3))
+    assert len(demos) == len(tasks)
+    for (intro, segs), t in zip(demos, tasks):
+        assert intro == t.prompt and [b for _, b in segs] == [True, False, True]
+        assert "FAIL" in segs[1][0] and segs[1][0].startswith("<obs>")
+        assert segs[2][0].endswith("<submit/>") and t.reference in segs[2][0]
+    right = build_demos(tasks, naive, ecfg.model_copy(update={"demo_first_try_share": 1.0}), TOK,
+                        _local_step(cfg, 3))
+    assert all(segs[2][0] == "<submit/>" and "FAIL" not in segs[1][0] for _, segs in right)
+
+
+def test_a_one_shot_family_gets_a_single_turn_demonstration(cfg):
+    t = generate_suite(["add"], [1], 1)[0]
+    (intro, segs), = build_demos([t], {}, cfg.episodes, TOK, _local_step(cfg, 3))
+    assert intro == t.prompt and len(segs) == 1 and segs[0][1]
+    assert segs[0][0] == write_action(full_function(t, t.reference), "<submit/>")
+
+
+def test_episode_state_is_small_and_survives_pickling(tasks):
+    from flows.config import load_config as lc
+    state, obs = start_episode(tasks[0], lc(None).episodes, 3)
+    assert obs == tasks[0].prompt
+    assert len(pickle.dumps(state)) < 8000
+    assert pickle.loads(pickle.dumps(state)) == state
