@@ -439,7 +439,12 @@ class ForkServer:
             return sorted(z.pid for z in self._all if z.proc.poll() is None)
 
     def close(self) -> None:
+        """Stop every zygote. A later run starts new ones (and this can be called again)."""
         self._finalizer()
+        with self._lock:
+            self._idle, self._all = {}, set()
+            self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock,
+                                               self._owner)
 
 
 def _kill_all(zygotes: set, lock: threading.Lock, owner: int) -> None:

@@ -37,15 +37,28 @@ to other descriptors at start; 0, 1 and 2 are then /dev/null):
 script's source, to compile once the result is sent, for later children to reuse when their file
 holds exactly these bytes. Anything else from the host ends the zygote.
 """
-import binascii
-import gc
-import json
 import os
-import resource
-import select
-import signal
-import sys
-import time
+
+
+def _vm_bytes():
+    """This process's address-space size (what RLIMIT_AS limits)."""
+    with open("/proc/self/status", "rb") as fh:
+        for line in fh:
+            if line.startswith(b"VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+_VM_FRESH = _vm_bytes()  # before any import of ours: what a fresh interpreter holds
+
+import binascii  # noqa: E402
+import gc  # noqa: E402
+import json  # noqa: E402
+import resource  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
 
 _MARK = b"rollforge-zygote: "  # prefix of a child's set-up failure on its stderr (exit 125)
 _IPC_FILES = ("/proc/sysvipc/shm", "/proc/sysvipc/msg", "/proc/sysvipc/sem")
@@ -161,6 +174,8 @@ def _become_child(fds, mount):
             os.dup2(null, 0)
             os.close(null)
         for name, value in job["rlimits"].items():
+            if name == "RLIMIT_AS":  # what the zygote holds beyond a fresh interpreter is free
+                value += _EXTRA_VM[0]
             resource.setrlimit(getattr(resource, name), (value, value))
         uid = job["uid"]
         os.setgroups([])
@@ -181,7 +196,13 @@ class _Child:
     """The next execution's child, forked ahead of its request, and the zygote's ends of its
     pipes. It waits on its job pipe; the host moves it into the execution's cgroup meanwhile."""
 
+    spawned = 0
+
     def __init__(self, mount):
+        _Child.spawned += 1
+        if _Child.spawned % 256 == 0:  # frozen garbage is never collected: now and then, do
+            gc.unfreeze()
+            gc.collect()
         gc.freeze()  # its collections then leave the zygote's objects (and pages) alone
         in_r, self.in_w = os.pipe()
         self.out_r, out_w = os.pipe()
@@ -347,6 +368,7 @@ def _remember(script, source):
 
 
 _MOUNT = ["/workspace"]
+_EXTRA_VM = [0]
 
 
 def _serve(config):
@@ -363,7 +385,8 @@ def _serve(config):
             __import__(name)
         except ImportError:
             pass
-    hello = {"ready": True, "modules": len(sys.modules)}
+    _EXTRA_VM[0] = max(0, _vm_bytes() - _VM_FRESH)
+    hello = {"ready": True, "modules": len(sys.modules), "extra_vm": _EXTRA_VM[0]}
     try:
         while True:
             child = _Child(config["mount"])

@@ -174,6 +174,20 @@ def test_fast_path_gives_the_same_result_record_as_a_fresh_interpreter(fast, pla
     assert got.backend == want.backend == "process" and got.error is None
 
 
+def test_without_cgroups_the_rlimit_fallback_gives_the_same_results():
+    """Hosts without cgroup v1 (cgroup v2 only, for one): rlimits stand in, for both paths."""
+    fast, plain = ProcessSandbox(use_cgroups=False), ProcessSandbox(use_cgroups=False,
+                                                                    fork_server=False)
+    if fast.fork_server is None:
+        pytest.skip(f"no fork server here: {fork_server_unavailable(fast.host)}")
+    try:
+        for name in sorted(PROGRAMS):
+            assert _record(_run(fast, PROGRAMS[name])) == _record(_run(plain, PROGRAMS[name])), name
+        assert fast.fork_server.served == len(PROGRAMS)
+    finally:
+        fast.close()
+
+
 def test_fork_bomb_is_contained_alike_and_the_next_execution_works(fast, plain):
     bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     limits = Limits(timeout_s=1.5, memory_mb=256, pids=32)
@@ -467,3 +481,25 @@ def test_a_script_run_again_is_compiled_once_with_the_same_results(fast, plain, 
     assert any(digest in z.remembered for z in fast.fork_server._all)
     edited = source + "print('edited')\n"  # same name, other bytes: never the old code
     assert _record(run_py(fast, edited)) == _record(run_py(plain, edited))
+
+
+def test_close_stops_the_zygotes_and_a_later_run_starts_afresh():
+    sbx = ProcessSandbox()
+    try:
+        run_py(sbx, "pass")
+        [pid] = sbx.fork_server.zygote_pids()
+        sbx.close()
+        _wait_gone(pid)
+        assert not os.path.exists(f"/proc/{pid}") or _is_zombie(pid)
+        assert run_py(sbx, "print(3)").stdout == "3\n" and len(sbx.fork_server.zygote_pids()) == 1
+    finally:
+        sbx.close()
+    assert sbx.fork_server.zygote_pids() == []
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[1].startswith("Z")
+    except OSError:
+        return True
