@@ -80,7 +80,7 @@ def main() -> int:
                 sft_s = time.perf_counter() - t0
                 print(f"warm start: {info.get('sft/examples')} demonstrations "
                       f"({info.get('sft/demos_multi_turn')} multi-turn), {info.get('sft/steps')} "
-                      f"steps, final loss {info.get('sft/final_loss'):.4f}, {sft_s:.0f}s")
+                      f"steps in {info.get('sft/seconds', 0):.0f}s, final loss {info.get('sft/final_loss'):.4f}; {sft_s:.0f}s in all")
             else:
                 print(f"warm start: reusing {checkpoints.checkpoint_dir(cfg.run_dir, 0)}")
             model = policy_for_sampling(cfg.run_dir, 0)
