@@ -25,27 +25,6 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
-def scripted_policy(naive: dict[str, str], tok):
-    """A fixed policy that reads the last observation (see the module docstring)."""
-    from flows.episodes import full_function, write_action  # noqa: PLC0415
-    from training.generate import Sample  # noqa: PLC0415
-
-    def fn(turn, contexts, episodes):
-        out = []
-        for ctx, e in zip(contexts, episodes):
-            if turn == 1:
-                text = write_action(full_function(e.task, naive[e.task.task_id]), "<run_tests/>")
-            elif "FAIL" in e.observations[-1] or "Error" in e.observations[-1]:
-                text = write_action(full_function(e.task, e.task.reference), "<submit/>")
-            else:
-                text = "<submit/>"
-            ids = tok.encode(text, bos=False) + [tok.eos_token_id]
-            out.append(Sample(ctx, ids, [0.0] * len(ids), text, True))
-        return out
-
-    return fn
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--config", default="configs/episodes.yaml")
@@ -57,7 +36,8 @@ def main() -> int:
 
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
-    from flows.episodes import episode_metrics, play, sft_stage_episodes  # noqa: PLC0415
+    from flows.episodes import (episode_metrics, play, scripted_policy,  # noqa: PLC0415
+                                sft_stage_episodes)
     from flows.rollouts import close_clients, dask_client, total_threads  # noqa: PLC0415
     from flows.stages import heldout_tasks  # noqa: PLC0415
     from tasks.families.edges import EDGES, first_attempts  # noqa: PLC0415

@@ -60,6 +60,12 @@ def step_episode(state: EpisodeState, action: str | None, ecfg: EpisodeConfig, m
     return Stepped(env.state(), obs, done, info, time.perf_counter() - t0)
 
 
+def step_local(items: list[tuple[EpisodeState, str | None]], ecfg: EpisodeConfig, max_turns: int,
+               sandbox_cfg: SandboxConfig, reward_cfg: RewardConfig) -> list[Stepped]:
+    """`step_many` in this process, one after another (tests, debugging; no cluster)."""
+    return [step_episode(s, a, ecfg, max_turns, sandbox_cfg, reward_cfg) for s, a in items]
+
+
 def step_many(client, items: list[tuple[EpisodeState, str | None]], ecfg: EpisodeConfig,
               max_turns: int, sandbox_cfg: SandboxConfig, reward_cfg: RewardConfig,
               timeout_s: float | None = None) -> list[Stepped]:

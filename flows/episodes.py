@@ -300,6 +300,27 @@ def evaluate_episodes(cfg: RunConfig, version: int, opts: dict, client) -> dict:
     return heldout_metrics(tasks, greedy, sampled)
 
 
+def scripted_policy(naive: dict[str, str], tok, fix_on_fail: bool = True) -> SampleFn:
+    """A fixed policy that reads the observation, for tests and benchmarks (not a model): turn
+    1 writes the task's naive body (`naive[task_id]`) and runs the visible tests; after an
+    observation with a FAIL or an error it writes the task's reference and submits (with
+    `fix_on_fail`), otherwise it submits."""
+    def fn(turn, contexts, episodes):
+        out = []
+        for ctx, e in zip(contexts, episodes):
+            last = e.observations[-1] if e.observations else ""
+            if turn == 1:
+                text = write_action(full_function(e.task, naive[e.task.task_id]), "<run_tests/>")
+            elif fix_on_fail and ("FAIL" in last or "Error" in last):
+                text = write_action(full_function(e.task, e.task.reference), "<submit/>")
+            else:
+                text = "<submit/>"
+            ids = tok.encode(text, bos=False) + [tok.eos_token_id]
+            out.append(Sample(list(ctx), ids, [0.0] * len(ids), text, True))
+        return out
+    return fn
+
+
 # -- SFT demonstrations -------------------------------------------------------------------------
 def full_function(task: Task, body: str) -> str:
     """The signature line of the task's prompt followed by `body`: a whole solution.py."""

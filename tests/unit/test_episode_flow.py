@@ -8,12 +8,12 @@ import pickle
 import pytest
 
 from flows.config import load_config
-from flows.episode_exec import start_episode, step_episode
-from flows.episodes import build_demos, episode_rows, full_function, play, write_action
+from flows.episode_exec import start_episode, step_local
+from flows.episodes import (build_demos, episode_rows, full_function, play, scripted_policy,
+                            write_action)
 from storage.schema import rows_to_table
 from tasks.families.edges import EDGES, first_attempts
 from tasks.procedural import generate_suite
-from training.generate import Sample
 from training.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()
@@ -40,27 +40,14 @@ def naive():
 
 def _local_step(cfg, max_turns):
     def step(turn, items):  # what a Dask worker does, in this process, state pickled both ways
-        return [pickle.loads(pickle.dumps(step_episode(pickle.loads(pickle.dumps(s)), a, cfg.episodes,
-                                                       max_turns, cfg.sandbox, cfg.rewards)))
-                for s, a in items]
+        items = pickle.loads(pickle.dumps(items))
+        out = step_local(items, cfg.episodes, max_turns, cfg.sandbox, cfg.rewards)
+        return pickle.loads(pickle.dumps(out))
     return step
 
 
 def _scripted(naive, fix_on_fail=True):
-    """Turn 1: the naive attempt + run the visible tests; then the reference after a FAIL."""
-    def fn(turn, contexts, episodes):
-        out = []
-        for ctx, e in zip(contexts, episodes):
-            if turn == 1:
-                text = write_action(full_function(e.task, naive[e.task.task_id]), "<run_tests/>")
-            elif fix_on_fail and "FAIL" in e.observations[-1]:
-                text = write_action(full_function(e.task, e.task.reference), "<submit/>")
-            else:
-                text = "<submit/>"
-            ids = TOK.encode(text, bos=False) + [TOK.eos_token_id]
-            out.append(Sample(ctx, ids, [-0.1] * len(ids), text, True))
-        return out
-    return fn
+    return scripted_policy(naive, TOK, fix_on_fail)
 
 
 def test_edge_task_shows_the_edge_in_a_visible_test_not_in_the_docstring(tasks):
