@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from sandbox import fork_server
+from sandbox import zygote_host
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.fork_server import DENIED_PRELOAD, ForkServer, plan_fast
@@ -83,6 +83,12 @@ open('/tmp/t.txt', 'w').write('tmp')
 print(sorted(os.listdir('.')), open('/tmp/t.txt').read())
 """, "data/in.txt": "abc"}, None, _L, None, ("out.txt", "missing.txt")),
     "stdin": ({"main.py": "import sys\nprint(sys.stdin.read()[::-1])\n"}, None, _L, b"abc"),
+    "large_stdin_partly_read": ({"main.py": "import sys\n"
+                                            "print(len(sys.stdin.buffer.read(300000)))\n"},
+                                None, _L, bytes(range(256)) * 4096),
+    "large_stdin": ({"main.py": "import hashlib, sys\n"
+                                "print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())\n"},
+                    None, _L, bytes(range(256)) * 4096),
     "no_stdin": ({"main.py": "import sys\nprint(repr(sys.stdin.read()))\n"}, None, _L),
     "signal_handlers_and_alarm": ({"main.py": """
 import signal, time
@@ -94,9 +100,11 @@ print("after")
 """}, None, _L),
     "threads_left_running": ({"main.py": """
 import threading, time
-threading.Thread(target=lambda: (time.sleep(0.2), print("late non-daemon"))).start()
+done = threading.Event()
+threading.Thread(target=lambda: (done.wait(), time.sleep(0.1), print("late non-daemon"))).start()
 threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
 print("main done")
+done.set()
 """}, None, _L),
     "atexit_and_teardown": ({"main.py": """
 import atexit
@@ -181,15 +189,19 @@ def test_without_cgroups_the_rlimit_fallback_gives_the_same_results():
     if fast.fork_server is None:
         pytest.skip(f"no fork server here: {fork_server_unavailable(fast.host)}")
     try:
-        for name in sorted(PROGRAMS):
+        # Under RLIMIT_AS how many threads fit depends on glibc's malloc arenas (64 MiB of
+        # address space each, made when threads contend): it varies between plain runs too.
+        names = sorted(set(PROGRAMS) - {"thread_limit"})
+        for name in names:
             assert _record(_run(fast, PROGRAMS[name])) == _record(_run(plain, PROGRAMS[name])), name
-        assert fast.fork_server.served == len(PROGRAMS)
+        assert fast.fork_server.served == len(names)
     finally:
         fast.close()
 
 
 def test_fork_bomb_is_contained_alike_and_the_next_execution_works(fast, plain):
-    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    bomb = ("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n"
+            "        pass\n")
     limits = Limits(timeout_s=1.5, memory_mb=256, pids=32)
     for sbx in (fast, plain):
         r = run_py(sbx, bomb, limits)
@@ -324,13 +336,13 @@ def test_a_zygote_killed_during_an_execution_is_retried_on_a_fresh_one():
 @pytest.mark.parametrize("breakage", ["dies_at_start", "answers_another_request"])
 def test_a_zygote_that_keeps_failing_is_infra_error_never_the_programs_failure(
         breakage, monkeypatch):
-    source = fork_server.ZYGOTE_SOURCE
+    source = zygote_host.ZYGOTE_SOURCE
     if breakage == "dies_at_start":
         source = "import os\nos._exit(3)\n"
     else:
-        assert source.count('resp["id"] = req["id"]') == 1
-        source = source.replace('resp["id"] = req["id"]', 'resp["id"] = -1')
-    monkeypatch.setattr(fork_server, "ZYGOTE_SOURCE", source)
+        assert source.count('chan.send({"id": rid, "exit"') == 1
+        source = source.replace('chan.send({"id": rid, "exit"', 'chan.send({"id": -1, "exit"')
+    monkeypatch.setattr(zygote_host, "ZYGOTE_SOURCE", source)
     sbx = ProcessSandbox()
     try:
         r = run_py(sbx, "print('never scored')")
@@ -475,12 +487,22 @@ def test_a_forked_copy_of_the_host_process_starts_its_own_zygotes(fast):
     "x = 1\nprint(x is 1)\n",  # a SyntaxWarning, printed when the file is compiled
 ])
 def test_a_script_run_again_is_compiled_once_with_the_same_results(fast, plain, source):
-    want = _record(run_py(plain, source))
-    assert [_record(run_py(fast, source)) for _ in range(4)] == [want] * 4
+    # Run as a harness is: the same script, other files each time.
+    runs = [{"main.py": source, "data.txt": str(i)} for i in range(4)]
+    want = [_record(plain.run(files, ["python", "main.py"])) for files in runs]
+    assert [_record(fast.run(files, ["python", "main.py"])) for files in runs] == want
     digest = hashlib.sha256(source.encode()).digest()  # sent for the zygote to keep compiled
     assert any(digest in z.remembered for z in fast.fork_server._all)
     edited = source + "print('edited')\n"  # same name, other bytes: never the old code
     assert _record(run_py(fast, edited)) == _record(run_py(plain, edited))
+
+
+def test_a_program_run_again_with_the_same_files_is_not_kept_by_the_zygote(fast):
+    source = "print('a program, not a harness: later executions must not find it')\n"
+    for _ in range(3):
+        assert run_py(fast, source).status == "ok"
+    digest = hashlib.sha256(source.encode()).digest()
+    assert not any(digest in z.remembered for z in fast.fork_server._all)
 
 
 def test_close_stops_the_zygotes_and_a_later_run_starts_afresh():
@@ -503,3 +525,48 @@ def _is_zombie(pid: int) -> bool:
             return fh.read().split(") ")[1].startswith("Z")
     except OSError:
         return True
+
+
+SCAN_MEMORY = r"""
+import ctypes, re, sys
+halves = [(a.encode(), b.encode()) for a, b in (t.split(":") for t in sys.argv[1:])]
+found = [0] * len(halves)
+for line in open("/proc/self/maps").read().splitlines():
+    addr, perms = line.split()[:2]
+    if not perms.startswith("r") or line.endswith(("[vvar]", "[vsyscall]", "[vvar_vclock]")):
+        continue
+    start, end = (int(x, 16) for x in addr.split("-"))
+    data = ctypes.string_at(start, end - start)  # (a non-dumpable process: no /proc/self/mem)
+    for k, (a, b) in enumerate(halves):
+        for m in re.finditer(re.escape(a), data):
+            if data[m.end():m.end() + len(b)] == b:
+                found[k] += 1
+print(found)
+"""
+
+
+def test_a_later_execution_finds_nothing_of_an_earlier_one_in_its_memory(fast):
+    """The zygote never holds an execution's code, input or output, so a later fork of it,
+    scanning all of its own memory, finds none of it (tokens are searched half by half, so the
+    scanner never holds them whole)."""
+    run_py(fast, "pass")
+    zygotes = fast.fork_server.zygote_pids()
+    tokens = [os.urandom(8).hex() for _ in range(4)]  # code, stdin, stdout, control
+    code = (f"import sys\n# {tokens[0]}\nsys.stdin.read()\n"
+            f"print('{tokens[2][:8]}' + '{tokens[2][8:]}')")
+    first = fast.run({}, ["python", "-c", code], stdin=tokens[1].encode())
+    assert (first.status, first.stdout) == ("ok", tokens[2] + "\n")
+    halves = [f"{t[:8]}:{t[8:]}" for t in tokens]
+    scan = fast.run({"main.py": SCAN_MEMORY}, ["python", "main.py", *halves],
+                    Limits(timeout_s=30, memory_mb=1024), stdin=tokens[3].encode())
+    assert fast.fork_server.zygote_pids() == zygotes  # the same zygote served both
+    found = json.loads(scan.stdout)
+    assert scan.status == "ok" and found[:3] == [0, 0, 0], scan
+    control = fast.run({"main.py": SCAN_MEMORY + "print(sys.stdin.read())"},
+                       ["python", "main.py", halves[3]], Limits(timeout_s=30, memory_mb=1024),
+                       stdin=tokens[3].encode())
+    assert json.loads(control.stdout.splitlines()[0]) == [0]  # read only after the scan
+    again = fast.run({"main.py": "import sys\nt = sys.stdin.read()\n" + SCAN_MEMORY},
+                     ["python", "main.py", halves[3]], Limits(timeout_s=30, memory_mb=1024),
+                     stdin=tokens[3].encode())
+    assert json.loads(again.stdout)[0] >= 1  # the scan finds what is there
