@@ -3,11 +3,12 @@
     .venv/bin/python bench/bench_sandbox.py [--n 30] [--workers 2] [--no-docker]
 
 Per-execution latency (p50, p95) of `python -c pass` and of a small test file for: a bare
-subprocess (the baseline), the process backend, a cold Docker container per execution, and the
-warm Docker pool; then executions per second with parallel worker threads. The bare baseline and
-the process backend are measured interleaved (same moments, same machine load), and the
-differences are printed as the targets state them: process p50 within 30 ms of bare, warm Docker
-p50 under 100 ms.
+subprocess (the baseline), the process backend with a fresh interpreter per execution, the process
+backend's fork-server fast path (its default; `bench/bench_fork_server.py` has the fuller
+comparison), a cold Docker container per execution, and the warm Docker pool; then executions per
+second with parallel worker threads. The bare baseline and the process backends are measured
+interleaved (same moments, same machine load), and the differences are printed as the targets
+state them: process p50 within 30 ms of bare, warm Docker p50 under 100 ms.
 """
 from __future__ import annotations
 
@@ -86,8 +87,12 @@ def main() -> None:
     ap.add_argument("--no-docker", action="store_true")
     args = ap.parse_args()
 
-    bare, proc = Bare(), ProcessSandbox()
+    bare, proc = Bare(), ProcessSandbox(fork_server=False)
     proc.name = "process backend"
+    fork = ProcessSandbox()
+    fork.name = "process+fork server"
+    if fork.fork_server is None:
+        print("process fork server: unavailable on this host (see the log line above)")
     print(f"process backend protections: {', '.join(proc.protections)}"
           + (f"; MISSING: {proc.missing}" if proc.missing else ""))
     warm = cold = None
@@ -102,7 +107,7 @@ def main() -> None:
             cold.name = "docker cold start"
             warm = DockerSandbox(pool_size=args.workers, prewarm=LIMITS)
             warm.name = "docker warm pool"
-    fast = [bare, proc] + ([warm] if warm else [])
+    fast = [bare, proc] + ([fork] if fork.fork_server else []) + ([warm] if warm else [])
     results = {}
     for label, prog in (("python -c pass", PASS), ("small test file", TESTFILE)):
         results[label] = measure(fast, prog, args.n)
@@ -125,11 +130,11 @@ def main() -> None:
               f"{'MET' if w < 100 else 'MISSED'}")
     total = max(20, args.n)
     print(f"\nthroughput, executions/s of `python -c pass` ({total} executions)")
-    for sbx in [bare, proc] + ([warm] if warm else []):
+    for sbx in [bare, proc] + ([fork] if fork.fork_server else []) + ([warm] if warm else []):
         one = throughput(sbx, 1, total)
         many = throughput(sbx, args.workers, total)
         print(f"{sbx.name:<20} 1 worker {one:6.1f}/s   {args.workers} workers {many:6.1f}/s")
-    for s in (warm, cold):
+    for s in (warm, cold, fork):
         if s:
             s.close()
 

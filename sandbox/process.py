@@ -13,6 +13,12 @@ from many threads of a Dask worker):
 
 Whatever of this the host does not allow is listed in `missing` (and warned about once); see
 `sandbox/probe.py`. The workspace lives on tmpfs, so what the code writes counts as its memory.
+
+Fast path (on by default where bubblewrap and root allow it; `fork_server=False` or
+ROLLFORGE_FORK_SERVER=0 turn it off): `python script.py` and `python -c` executions are forks of a
+warm zygote that lives inside the same boundary, each with its own uid, cgroups, rlimits,
+workspace, /tmp and pipes, and the same result record: `sandbox/fork_server.py`,
+`sandbox/FORK_SERVER.md`.
 """
 from __future__ import annotations
 
