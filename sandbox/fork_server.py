@@ -174,11 +174,10 @@ class ForkServer:
                 continue
             try:
                 return self._run_on(z, files, plan, limits, stdin, collect)
-            except ZygoteError as exc:
+            except (ZygoteError, OSError) as exc:  # OSError: its folders, its pipes
                 z.healthy = False
-                failures.append(str(exc))
-            except OSError as exc:  # the workspace could not be written: like a plain run
-                return _infra(f"workspace: {exc}")
+                failures.append(str(exc) if isinstance(exc, ZygoteError)
+                                else f"{type(exc).__name__}: {exc}")
             finally:
                 self._give(z)
         return _infra("fork server: " + " | ".join(failures))
@@ -189,8 +188,11 @@ class ForkServer:
         group = None
         try:
             uid = 2_000_000 + secrets.randbelow(1_000_000_000)
-            write_files(z.ws, files)
-            _give_to(z.ws, uid)
+            try:
+                write_files(z.ws, files)
+                _give_to(z.ws, uid)
+            except OSError as exc:
+                raise ZygoteError(f"workspace: {exc}") from None
             if h.memory_cgroup or h.pids_cgroup:
                 try:  # pids + 1: a plain run's interpreter may hold pids + 1 (see _LAUNCHER_PROCS)
                     group = ExecGroup(limits.memory_mb if h.memory_cgroup else None,

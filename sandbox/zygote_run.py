@@ -121,7 +121,8 @@ def _flush(stream, unraisable):
         if unraisable:
             try:
                 sys.stderr.write("Exception ignored in: %r\n" % (stream,))
-                sys.__excepthook__(type(exc), exc, exc.__traceback__)
+                exc = exc.with_traceback(None)  # raised in C at exit: no Python frames
+                sys.__excepthook__(type(exc), exc, None)
             except BaseException:
                 pass
         return False

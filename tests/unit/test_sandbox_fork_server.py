@@ -146,6 +146,8 @@ try:
 except OSError as exc:
     print(n, exc.errno)
 """}, None, _L),
+    "stdout_flush_fails_at_exit": ({"main.py": "import sys\nsys.stdout = open('/dev/full', 'w')\n"
+                                               "print('x')\n"}, None, _L),
     "invalid_utf8_output": ({"main.py": "import sys\nsys.stdout.buffer.write(b'a\\xffb\\n')\n"},
                             None, _L),
     "identity": ({"main.py": """
