@@ -271,7 +271,8 @@ def _supervise(chan, child, req):
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     poller.register(chan.rfd, select.POLLIN)
-    poller.register(child.st_r, select.POLLIN)
+    if req.get("notify_start"):  # (else its report is read at the end: one wake-up less)
+        poller.register(child.st_r, select.POLLIN)
     killed = exited = False
     while not exited:
         left = deadline - time.monotonic()
