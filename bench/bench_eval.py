@@ -76,8 +76,10 @@ def main() -> int:
                                           "human_eval": []}
         results: dict[str, float] = {}
         devnull = open(os.devnull, "w")
-        for _ in range(args.repeats):  # interleaved, so all see the same machine load
-            for name, fork in (("rollforge", True), ("rollforge_plain", False)):
+        for rep in range(args.repeats):  # interleaved, so all see the same machine load
+            # (alternating which goes first: the first run of all also plans every check)
+            order = (("rollforge", True), ("rollforge_plain", False))
+            for name, fork in order if rep % 2 == 0 else order[::-1]:
                 t0 = time.perf_counter()
                 pk, res, _ = evaluate_file(paths["rollforge"], "process", args.workers, 10.0,
                                            3.0, (1,), args.batch_size, fork_server=fork)
