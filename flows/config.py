@@ -36,6 +36,10 @@ class TaskConfig(BaseModel):
                               "warm start learns to read the docstring instead of memorising "
                               "examples (held-out tasks never appear, whatever the seed)")
     seed: int = 0
+    function_name: str | None = Field(
+        None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="one function name for every task (e.g. f), so the policy must tell the "
+        "problem from the docstring's words; null: each family's own name")
     sampler: Literal["curriculum", "uniform"] = Field(
         "curriculum", description="curriculum: tasks weighted by the chance their group is "
         "informative, from this run's difficulty ledger (tasks/curriculum.py); uniform: every "

@@ -38,14 +38,15 @@ def code_version() -> str:
 
 def task_pool(cfg: TaskConfig) -> list[Task]:
     return generate_suite(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
-                          cfg.seed, cfg.heldout_fraction)
+                          cfg.seed, cfg.heldout_fraction, function_name=cfg.function_name)
 
 
 def sft_tasks(cfg: TaskConfig) -> list[Task]:
     """The warm start's data: training-split tasks drawn with `sft_variants` seeds (more
     constants and fresh examples per family), never a held-out task."""
     return training_instances(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
-                              cfg.seed, cfg.heldout_fraction, cfg.sft_variants)
+                              cfg.seed, cfg.heldout_fraction, cfg.sft_variants,
+                              function_name=cfg.function_name)
 
 
 def curriculum_config(cfg: RunConfig) -> CurriculumConfig:

@@ -62,7 +62,8 @@ def _draw_cases(family: Family, params: Params, difficulty: int, n_tests: int,
 
 
 def make_task(family: Family, params: Params, difficulty: int, n_tests: int, seed: int,
-              heldout_fraction: float, with_solution: bool = False) -> Task:
+              heldout_fraction: float, with_solution: bool = False,
+              function_name: str | None = None) -> Task:
     h = _task_hash(family.name, params, difficulty)
     rng = random.Random(f"{seed}:{h}")
     cases = _draw_cases(family, params, difficulty, n_tests, rng)
@@ -77,8 +78,11 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
         hidden += tuple(e for e in edges if json.dumps(e.args) not in seen)
     # Every task of a family has the same signature: the task is told apart by its docstring
     # alone, so a policy must read the constants there (a per-task name would let a small model
-    # memorise name -> body and learn nothing that transfers to held-out tasks).
-    fname = family.name
+    # memorise name -> body and learn nothing that transfers to held-out tasks). With
+    # `function_name`, every family shares one name: a small model then cannot tell the
+    # problem from the name either, and must read the docstring's words (what lets a policy
+    # warm-started on some families attempt the verification-only ones).
+    fname = function_name or family.name
     call = ", ".join(repr(a) for a in example.args)
     prompt = (f"def {fname}({family.arg}):\n"
               f'    """{family.sentence(params)}\n'
@@ -98,11 +102,14 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
 
 def generate_suite(families: list[str], difficulties: list[int], tasks_per_family: int,
                    n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
-                   with_solutions: bool = False) -> list[Task]:
+                   with_solutions: bool = False, function_name: str | None = None) -> list[Task]:
     """Up to `tasks_per_family` distinct tasks per (family, difficulty), deduplicated by content.
 
     `with_solutions=True` fills `reference` for verification-only families too: only for
-    checking the suite itself, never for data a policy trains on."""
+    checking the suite itself, never for data a policy trains on. `function_name`: one name for
+    every task (default: each family's own name)."""
+    if function_name is not None and not function_name.isidentifier():
+        raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown task families {unknown}; expected some of {sorted(FAMILIES)}")
@@ -112,14 +119,15 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
         for d in difficulties:
             rng = random.Random(f"{seed}:{name}:{d}")
             for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
-                t = make_task(fam, params, d, n_tests, seed, heldout_fraction, with_solutions)
+                t = make_task(fam, params, d, n_tests, seed, heldout_fraction, with_solutions,
+                              function_name)
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)
 
 
 def training_instances(families: list[str], difficulties: list[int], tasks_per_family: int,
                        n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
-                       variants: int = 1) -> list[Task]:
+                       variants: int = 1, function_name: str | None = None) -> list[Task]:
     """Training-split tasks drawn with `variants` seeds (seed, seed+1, ...): more constants and
     freshly drawn examples for the same families, so a warm start cannot memorise examples and
     must read the docstring. No held-out task can appear: the split depends only on a task's
@@ -129,7 +137,7 @@ def training_instances(families: list[str], difficulties: list[int], tasks_per_f
     out: dict[str, Task] = {}
     for s in range(seed, seed + variants):
         for t in generate_suite(families, difficulties, tasks_per_family, n_tests, s,
-                                heldout_fraction):
+                                heldout_fraction, function_name=function_name):
             if t.split == "train":
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)

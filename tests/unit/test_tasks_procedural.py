@@ -118,3 +118,17 @@ def test_verification_only_solution_passes_its_hidden_tests_and_nothing_leaks_it
         for case in (*t.examples, *t.tests):
             assert scope[t.entry_point](*case.args) == case.expected, (t.task_id, case)
         assert t.reference.strip().removeprefix("return ") not in t.prompt
+
+
+def test_one_function_name_for_every_family_changes_only_the_name():
+    own = generate_suite(["add", "fib_like", "sum_times"], [1, 3], 2)
+    shared = generate_suite(["add", "fib_like", "sum_times"], [1, 3], 2, function_name="f")
+    assert [t.task_id for t in own] == [t.task_id for t in shared]  # same tasks, same split
+    for a, b in zip(own, shared):
+        assert b.entry_point == "f" and b.prompt.startswith("def f(")
+        assert b.prompt == a.prompt.replace(a.entry_point + "(", "f(")
+        assert b.split == a.split and b.tests == a.tests
+    fib = next(t for t in shared if t.family == "fib_like" and t.reference)
+    assert "f(n - 1)" in fib.reference  # the recursive reference calls the shared name
+    with pytest.raises(ValueError, match="function_name='no good'"):
+        generate_suite(["add"], [1], 1, function_name="no good")
