@@ -35,7 +35,7 @@ from sandbox.base import ExecResult, Limits, verdict
 from sandbox.cgroups import ExecGroup
 from sandbox.process import _give_to
 from sandbox.workspace import check_relpath, collect_files, workspace_base, write_files
-from sandbox.zygote_host import Zygote, ZygoteError
+from sandbox.zygote_host import Zygote, ZygoteError, sweep_spools
 
 if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
@@ -121,6 +121,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._seen: dict[bytes, set[bytes]] = {}  # recent scripts -> their other files seen
+        self._swept: set[str] = set()  # workspace bases cleared of dead processes' spools
         self._owner = os.getpid()  # a forked copy of this process must not use its zygotes
         self.started = 0  # zygote starts so far (replacements and failed starts included)
         self.served = 0  # executions a zygote answered
@@ -148,6 +149,10 @@ class ForkServer:
             z.kill()  # it died while idle
         with self._lock:
             self.started += 1
+            sweep = key[1] not in self._swept
+            self._swept.add(key[1])
+        if sweep:
+            sweep_spools(key[1])
         z = Zygote(self.sbx, key[0], key[1], self.preload)
         with self._lock:
             self._all.add(z)

@@ -36,6 +36,7 @@ _CAPS = ("--as-pid-1", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-ad
 START_S = 60.0  # a zygote must be ready within this (machines under load start slowly)
 WAIT_S = 10.0  # a zygote that does not fork, read or answer a kill within this is dead
 _HOME_PIDS = 16  # the zygote, the outer bubblewrap and one waiting child
+SPOOL_PREFIX = "rf-zyg-"  # + the host pid: a spool whose process is gone can be swept
 
 
 class ZygoteError(Exception):
@@ -70,7 +71,7 @@ class Zygote:
         self.spawned = False  # its next child is forked and waits for a job
         self.remembered: set[bytes] = set()  # digests of the scripts it keeps compiled
         self._buf = b""
-        self.spool = tempfile.mkdtemp(prefix="rf-zyg-", dir=base)
+        self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=base)
         self.ws = os.path.join(self.spool, "ws")
         try:
             os.mkdir(self.ws, 0o700)
@@ -326,6 +327,19 @@ class Zygote:
         if self.home is not None:
             self.home.remove()
         shutil.rmtree(self.spool, ignore_errors=True)
+
+
+def sweep_spools(base: str) -> None:
+    """Remove the spool folders of host processes that are gone (killed before they could)."""
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return
+    for name in names:
+        owner = name[len(SPOOL_PREFIX):].split("-", 1)[0]
+        if name.startswith(SPOOL_PREFIX) and owner.isdigit() and not os.path.exists(
+                f"/proc/{owner}"):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
 
 
 def fds_kinds(stdin: bytes | None) -> tuple[str, ...]:

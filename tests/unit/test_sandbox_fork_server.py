@@ -572,3 +572,24 @@ def test_a_later_execution_finds_nothing_of_an_earlier_one_in_its_memory(fast):
                      ["python", "main.py", halves[3]], Limits(timeout_s=30, memory_mb=1024),
                      stdin=tokens[3].encode())
     assert json.loads(again.stdout)[0] >= 1  # the scan finds what is there
+
+
+def test_spools_of_host_processes_that_are_gone_are_swept(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLLFORGE_SANDBOX_TMP", str(tmp_path))
+    dead = _dead_pid()
+    stale = tmp_path / f"rf-zyg-{dead}-abc"
+    live = tmp_path / f"rf-zyg-{os.getpid()}-abc"
+    for d in (stale, live):
+        (d / "ws").mkdir(parents=True)
+    sbx = ProcessSandbox()
+    try:
+        assert run_py(sbx, "print(1)").stdout == "1\n"
+        assert not stale.exists() and live.exists()
+    finally:
+        sbx.close()
+
+
+def _dead_pid() -> int:
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
