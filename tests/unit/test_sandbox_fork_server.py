@@ -14,7 +14,7 @@ import pytest
 
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
-from sandbox.fork_server import plan_fast
+from sandbox.fork_server import plan_fast, trust_script
 from sandbox.process import ProcessSandbox, fork_server_unavailable
 from sandbox.registry import make_sandbox
 
@@ -272,8 +272,8 @@ def test_cli_exec_uses_the_fork_server_unless_told_not_to(tmp_path, fast, flag, 
     "def f():\n    raise ValueError('x')\n\nf()\n",
     "x = 1\nprint(x is 1)\n",  # a SyntaxWarning, printed when the file is compiled
 ])
-def test_a_script_run_again_is_compiled_once_with_the_same_results(fast, plain, source):
-    # Run as a harness is: the same script, other files each time.
+def test_a_registered_harness_is_compiled_once_with_the_same_results(fast, plain, source):
+    trust_script(source)  # what a grader does for its harness source at import
     runs = [{"main.py": source, "data.txt": str(i)} for i in range(4)]
     want = [_record(plain.run(files, ["python", "main.py"])) for files in runs]
     assert [_record(fast.run(files, ["python", "main.py"])) for files in runs] == want
@@ -281,6 +281,16 @@ def test_a_script_run_again_is_compiled_once_with_the_same_results(fast, plain, 
     assert any(digest in z.remembered for z in fast.fork_server._all)
     edited = source + "print('edited')\n"  # same name, other bytes: never the old code
     assert _record(run_py(fast, edited)) == _record(run_py(plain, edited))
+
+
+def test_a_candidate_script_run_with_other_files_each_time_is_never_kept(fast):
+    # a candidate's own program run as a harness is (other data each time): later executions
+    # could read whatever the zygote keeps, so only registered harnesses are kept
+    source = "print(open('data.txt').read())\n"
+    for i in range(4):
+        assert fast.run({"main.py": source, "data.txt": str(i)}, ["python", "main.py"]).status == "ok"
+    digest = hashlib.sha256(source.encode()).digest()
+    assert not any(digest in z.remembered for z in fast.fork_server._all)
 
 
 def test_a_program_run_again_with_the_same_files_is_not_kept_by_the_zygote(fast):
