@@ -40,6 +40,7 @@ bench: setup
 # Every benchmark, one after the other (each prints its figure beside its baseline).
 bench-all: setup
 	$(PY) bench/bench_sandbox.py
+	$(PY) bench/bench_fork_server.py
 	$(PY) bench/bench_eval.py --repeats 3
 	$(PY) bench/bench_store.py --rows 100000
 	$(PY) bench/bench_training.py
