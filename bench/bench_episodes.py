@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -37,7 +39,7 @@ def main() -> int:
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
     from flows.episodes import (episode_metrics, play, scripted_policy,  # noqa: PLC0415
-                                sft_stage_episodes)
+                                sft_stage_episodes, solved)
     from flows.rollouts import close_clients, dask_client, total_threads  # noqa: PLC0415
     from flows.stages import heldout_tasks  # noqa: PLC0415
     from tasks.families.edges import EDGES, first_attempts  # noqa: PLC0415
@@ -70,7 +72,7 @@ def main() -> int:
             tok = ByteTokenizer()
             tc = cfg.tasks
             naive = first_attempts(tc.families, tc.difficulties, tc.tasks_per_family, tc.seed)
-        results = {}
+        results, episodes_by_turns = {}, {}
         for m in args.turns:
             def step_fn(turn, items, m=m):
                 return step_many(client, items, cfg.episodes, m, cfg.sandbox, cfg.rewards,
@@ -85,6 +87,7 @@ def main() -> int:
             t0 = time.perf_counter()
             eps = play(tasks, 1, cfg.episodes, m, cfg.policy.max_len, tok, sample_fn, step_fn)
             results[m] = (episode_metrics(eps), time.perf_counter() - t0)
+            episodes_by_turns[m] = eps
     finally:
         close_clients()
     label = ("tiny policy warm-started on the demonstrations (greedy)" if args.policy == "sft"
@@ -96,11 +99,29 @@ def main() -> int:
         print(f"{m:>9}  {r['episode/pass_rate']:>9.3f}  {r['episode/turns_mean']:>10.2f}  "
               f"{r['episode/end_submit']:>9.2f}  {r['episode/policy_tokens_mean']:>10.1f}  "
               f"{r['episode/env_tokens_mean']:>7.1f}  {s:>7.1f}")
+    for m, eps in episodes_by_turns.items():
+        fams = sorted({e.task.family for e in eps})
+        print(f"max_turns={m} pass rate by family: " + ", ".join(
+            f"{f} {np.mean([bool(solved(e)) for e in eps if e.task.family == f]):.2f} "
+            f"({sum(e.task.family == f for e in eps)})" for f in fams))
+        if m > 1:  # does the second turn depend on what the first observation said?
+            after = {"FAIL": [], "no FAIL": []}
+            for e in eps:
+                if len(e.actions) >= 2 and e.observations:
+                    key = "FAIL" if "FAIL" in e.observations[0] else "no FAIL"
+                    after[key].append("<write" in e.actions[1])
+            print(f"max_turns={m} turn 2 rewrites solution.py: after a FAIL "
+                  f"{_share(after['FAIL'])}, after an observation without FAIL "
+                  f"{_share(after['no FAIL'])}")
     if len(results) >= 2:
         lo, hi = min(results), max(results)
         print(f"second-turn gain: pass@{hi} turns - pass@{lo} turn = "
               f"{results[hi][0]['episode/pass_rate'] - results[lo][0]['episode/pass_rate']:+.3f}")
     return 0
+
+
+def _share(flags: list[bool]) -> str:
+    return f"{sum(flags)}/{len(flags)}" if flags else "-"
 
 
 if __name__ == "__main__":
