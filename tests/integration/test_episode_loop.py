@@ -60,8 +60,12 @@ def test_the_iteration_is_checkpointed_with_episode_metrics(run):
     assert 1 <= m["episode/turns_mean"] <= 2 and m["episode/count"] == 4
     assert "heldout/pass_greedy" in m.index
     journal = [json.loads(line) for line in (run / "stages.jsonl").read_text().splitlines()]
-    turns = {j.get("iteration") for j in journal if j["stage"] == "step_episodes"}
-    assert turns and any(j["stage"] == "sample_actions" for j in journal)
+    # one sample_actions and one step_episodes stage (one shard) per turn of the iteration
+    played = int(read_trajectories(str(run))["turns"].max())
+    for stage in ("sample_actions", "step_episodes"):
+        ends = [j for j in journal if j["stage"] == stage and j["event"] == "end"
+                and j.get("round") == "train"]
+        assert len(ends) == played, (stage, ends)
 
 
 def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):

@@ -146,3 +146,18 @@ def test_episode_state_is_small_and_survives_pickling(tasks):
     assert obs == tasks[0].prompt
     assert len(pickle.dumps(state)) < 8000
     assert pickle.loads(pickle.dumps(state)) == state
+
+
+def test_episodes_section_is_off_by_default_keeps_the_hash_and_refuses_bad_values():
+    from flows.config import ConfigError
+
+    off = load_config(None)
+    assert not off.episodes.enabled and off.episodes.shaping == "none"
+    assert off.hash() == load_config(None, ["episodes.max_turns=5"]).hash()  # off: no effect
+    assert off.hash() != load_config(None, ["episodes.enabled=true"]).hash()
+    with pytest.raises(ConfigError, match="episodes.max_turns"):
+        load_config(None, ["episodes.max_turns=0"])
+    with pytest.raises(ConfigError, match="action_tokens=400 leaves no room"):
+        load_config(None, ["episodes.enabled=true", "episodes.action_tokens=400"])
+    with pytest.raises(ConfigError, match="shaping_coef=0 does nothing"):
+        load_config(None, ["episodes.shaping=visible_progress", "episodes.shaping_coef=0"])
