@@ -9,7 +9,7 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DS_ACCELERATOR := cpu
 
-.PHONY: setup run test test-fast bench bench-all server serve clean
+.PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,3 +55,16 @@ serve: setup
 
 clean:
 	rm -rf $(VENV) runs
+
+# Multi-turn agent episodes on the edge-case families (sandbox/EPISODES.md).
+run-episodes: setup
+	$(VENV)/bin/rollforge run --config configs/episodes.yaml
+
+# Pass rate at 1 turn against 3: a scripted policy, then a warm-started tiny model.
+bench-episodes: setup
+	$(PY) bench/bench_episodes.py --policy scripted
+	$(PY) bench/bench_episodes.py
+
+# The RL loop against equal-time SFT on verification-only families, two seeds (about an hour).
+bench-rl: setup
+	$(PY) bench/bench_rl_vs_sft.py
