@@ -1,0 +1,223 @@
+"""The RL loop against equal-time SFT, from the same SFT checkpoint (issue 11).
+
+    .venv/bin/python bench/bench_rl_vs_sft.py [--config configs/verify.yaml] [--seeds 0 1]
+                                              [--out /tmp/rollforge-bench-rl] [--set KEY=VALUE ...]
+
+For each seed:
+  1. `rollforge run` in a child process: the SFT warm start (v0) on the families that ship
+     reference solutions, then the config's GRPO iterations over the whole mix, which includes
+     the verification-only families (no reference: only the reward can teach them). Its RL wall
+     time W is the iterations' seconds minus their held-out evaluations.
+  2. The control: from that same v0, more SFT on the same reference data for W seconds (same
+     DeepSpeed engine, batch size and peak learning rate, warm-up then linear decay over the
+     steps that fit in W).
+  3. The SFT start, the RL policy and the control are evaluated by the same code (the flow's
+     `evaluate` stage: held-out tasks, greedy and `heldout_samples` sampled completions each).
+
+It prints, per seed and as the mean with the spread (max - min) over seeds, the held-out pass
+rate on the verification-only families and on the rest, then per family. Target: on the
+verification-only families RL ends at least 15 points above both the SFT start and the control,
+and no other family loses more than 3 points (mean over seeds, greedy and sampled).
+Runs take about 2 x (the default run + W) on 2 cores.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+from flows.env import apply_defaults, standalone_env  # noqa: E402
+
+apply_defaults()
+import torch  # noqa: E402
+
+from flows.config import load_config  # noqa: E402
+from flows.stages import sft_tasks  # noqa: E402
+from storage.registry import read_metrics  # noqa: E402
+from tasks.procedural import FAMILIES  # noqa: E402
+from training import checkpoints  # noqa: E402
+from training import engine as eng  # noqa: E402
+from training.batch import make_batch, token_logprobs  # noqa: E402
+from training.losses import sft_loss  # noqa: E402
+from training.policy import load_policy, save_policy, tokenizer_of  # noqa: E402
+from training.trainer import WarmupLinearDecay  # noqa: E402
+
+
+def run_rl(config: str, seed: int, out: Path, sets: list[str]) -> tuple[Path, float, float]:
+    """The RL arm: one `rollforge run`; returns its run folder, W and the whole run's seconds."""
+    run_id = f"rl-s{seed}"
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--config", config, "--set", f"seed={seed}",
+           "--set", f"run_id={run_id}", "--set", f"out_dir={out}"]
+    for s in sets:
+        cmd += ["--set", s]
+    t0 = time.perf_counter()
+    log = out / f"{run_id}.log"
+    with open(log, "w") as f:
+        rc = subprocess.call(cmd, cwd=ROOT, env=standalone_env(), stdout=f, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise SystemExit(f"rollforge run for seed {seed} exited with {rc}; see {log}")
+    m = read_metrics(str(out / run_id))
+    rl_s = float((m["time/iteration_s"] - m.get("time/evaluate_s", 0).fillna(0)).sum())
+    return out / run_id, rl_s, time.perf_counter() - t0
+
+
+def run_sft_control(rl_dir: Path, cfg, budget_s: float, out: Path) -> tuple[Path, dict]:
+    """The control arm: more SFT from the RL run's v0 for `budget_s` seconds; published as v1."""
+    ctl_cfg = cfg.model_copy(update={"run_id": f"sft-{rl_dir.name}", "out_dir": str(out)})
+    ctl_dir = Path(ctl_cfg.run_dir)
+    shutil.rmtree(ctl_dir, ignore_errors=True)
+    (ctl_dir / "checkpoints").mkdir(parents=True)
+    shutil.copytree(checkpoints.checkpoint_dir(str(rl_dir), 0), checkpoints.checkpoint_dir(str(ctl_dir), 0))
+    torch.manual_seed(cfg.seed)
+    model = load_policy(str(checkpoints.checkpoint_dir(str(ctl_dir), 0) / "model")).train()
+    tok = tokenizer_of(model)
+    train = [t for t in sft_tasks(cfg.tasks) if t.reference]
+    data = [(tok.encode_prompt(t.prompt), tok.encode(t.reference, bos=False) + [tok.eos_token_id])
+            for t in train]
+    sft, rng = cfg.sft, torch.Generator().manual_seed(cfg.seed)
+    est_steps = [max(sft.warmup_steps + 1, 100)]  # replaced by the measured count after 10 steps
+    engine = eng.make_engine(model, cfg.rl, sft.lr, sft.batch_size, 1,
+                             lambda opt: _Elastic(opt, est_steps, sft.lr, sft.warmup_steps))
+    t0, step, losses = time.perf_counter(), 0, []
+    while time.perf_counter() - t0 < budget_s:
+        idx = torch.randint(len(data), (sft.batch_size,), generator=rng).tolist()
+        b = make_batch([data[i][0] for i in idx], [data[i][1] for i in idx], tok.pad_token_id,
+                       cfg.policy.max_len)
+        loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss.detach()))
+        step += 1
+        if step == 10:  # the schedule's decay ends at the step count that fits in the budget
+            est_steps[0] = max(11, int(budget_s / ((time.perf_counter() - t0) / step)))
+    seconds = time.perf_counter() - t0
+    stage = checkpoints.staging_dir(str(ctl_dir), 1)
+    save_policy(engine.module, str(stage / "model"))
+    facts = {"steps": step, "seconds": seconds, "planned_steps": est_steps[0],
+             "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:]))}
+    checkpoints.publish(stage, checkpoints.checkpoint_dir(str(ctl_dir), 1),
+                        {"version": 1, "kind": "sft-control", **facts})
+    return ctl_dir, facts
+
+
+class _Elastic(WarmupLinearDecay):
+    """Warm-up then linear decay over a step count known only after a few timed steps."""
+
+    def __init__(self, optimizer, total_ref: list[int], peak: float, warmup: int):
+        self._total_ref = total_ref
+        super().__init__(optimizer, total_ref[0], peak, warmup)
+
+    def get_lr(self) -> list[float]:
+        self.total = self._total_ref[0]
+        return super().get_lr()
+
+
+def evaluate_version(cfg, run_dir: Path, version: int) -> dict:
+    from flows.iteration import evaluate
+
+    c = cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
+    return evaluate.fn(c, version)
+
+
+def split_rates(ev: dict, families: list[str]) -> dict:
+    """Pass rates of the verification-only families and of the rest, weighted by task count."""
+    out = {}
+    for group, names in (("verify-only", [f for f in families if FAMILIES[f].verify_only]),
+                         ("rest", [f for f in families if not FAMILIES[f].verify_only])):
+        n = sum(ev.get(f"heldout/{f}/tasks", 0) for f in names)
+        for mode in ("greedy", "sampled"):
+            tot = sum(ev[f"heldout/{f}/pass_{mode}"] * ev[f"heldout/{f}/tasks"] for f in names
+                      if not math.isnan(ev.get(f"heldout/{f}/pass_{mode}", math.nan)))
+            out[f"{group}/{mode}"] = tot / n if n else math.nan
+        out[f"{group}/tasks"] = n
+    return out
+
+
+def _pt(x: float) -> str:
+    return "   -  " if math.isnan(x) else f"{100 * x:5.1f}"
+
+
+def report(results: list[dict], families: list[str]) -> str:
+    arms = ("sft_start", "rl", "sft_control")
+    lines = []
+    for mode in ("greedy", "sampled"):
+        lines.append(f"\nheld-out pass rate, {mode} (points)   "
+                     + "  ".join(f"{'SFT start':>9} {'RL':>6} {'SFT ctl':>8}" for _ in [0])
+                     + "   RL-start  RL-ctl")
+        for group in ("verify-only", "rest"):
+            for r in results:
+                v = [r["split"][a][f"{group}/{mode}"] for a in arms]
+                lines.append(f"  {group:<12} seed {r['seed']} ({r['split']['rl'][f'{group}/tasks']:>3} tasks)"
+                             f"   {_pt(v[0]):>9} {_pt(v[1]):>6} {_pt(v[2]):>8}"
+                             f"   {100 * (v[1] - v[0]):+7.1f} {100 * (v[1] - v[2]):+7.1f}")
+            d0 = [100 * (r["split"]["rl"][f"{group}/{mode}"] - r["split"]["sft_start"][f"{group}/{mode}"]) for r in results]
+            d1 = [100 * (r["split"]["rl"][f"{group}/{mode}"] - r["split"]["sft_control"][f"{group}/{mode}"]) for r in results]
+            lines.append(f"  {group:<12} mean over {len(results)} seeds{'':>22}"
+                         f"{sum(d0) / len(d0):+7.1f} {sum(d1) / len(d1):+7.1f}"
+                         f"   (spread {max(d0) - min(d0):.1f} / {max(d1) - min(d1):.1f})")
+    lines.append("\nper family, mean over seeds (points)     tasks   SFT start  ->  RL   |  SFT ctl"
+                 "   (greedy / sampled)")
+    worst = {}
+    for f in families:
+        n = results[0]["evals"]["rl"].get(f"heldout/{f}/tasks", 0)
+        if not n:
+            continue
+        cells = {}
+        for a in arms:
+            cells[a] = tuple(sum(r["evals"][a][f"heldout/{f}/pass_{m}"] for r in results) / len(results)
+                             for m in ("greedy", "sampled"))
+        tag = " (verify-only)" if FAMILIES[f].verify_only else ""
+        lines.append(f"  {f + tag:<30} {n:>5}   {_pt(cells['sft_start'][0])}/{_pt(cells['sft_start'][1])}"
+                     f" -> {_pt(cells['rl'][0])}/{_pt(cells['rl'][1])} | {_pt(cells['sft_control'][0])}/"
+                     f"{_pt(cells['sft_control'][1])}")
+        if not FAMILIES[f].verify_only:
+            worst[f] = min(cells["rl"][i] - cells["sft_start"][i] for i in (0, 1))
+    if worst:
+        f = min(worst, key=worst.get)
+        lines.append(f"\nlargest loss on a family with references: {f} {100 * worst[f]:+.1f} points "
+                     "(target: no loss larger than 3)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="configs/verify.yaml")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--out", default="/tmp/rollforge-bench-rl")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override for the RL runs (and the control's config), e.g. iterations=4")
+    args = ap.parse_args(argv)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t_all = time.perf_counter()
+    results = []
+    for seed in args.seeds:
+        shutil.rmtree(out / f"rl-s{seed}", ignore_errors=True)
+        rl_dir, rl_s, run_s = run_rl(args.config, seed, out, args.set)
+        cfg = load_config(str(rl_dir / "config.yaml"))
+        ctl_dir, ctl = run_sft_control(rl_dir, cfg, rl_s, out)
+        evals = {"sft_start": evaluate_version(cfg, rl_dir, 0),
+                 "rl": evaluate_version(cfg, rl_dir, cfg.iterations),
+                 "sft_control": evaluate_version(cfg, ctl_dir, 1)}
+        split = {a: split_rates(e, cfg.tasks.families) for a, e in evals.items()}
+        results.append({"seed": seed, "rl_seconds": rl_s, "run_seconds": run_s, "control": ctl,
+                        "evals": evals, "split": split})
+        print(f"seed {seed}: RL {cfg.iterations} iterations in {rl_s:.0f}s (whole run {run_s:.0f}s);"
+              f" SFT control {ctl['steps']} steps in {ctl['seconds']:.0f}s", flush=True)
+        (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    print(report(results, cfg.tasks.families))
+    print(f"\nwall time {time.perf_counter() - t_all:.0f}s; results in {out / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
