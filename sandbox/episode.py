@@ -25,9 +25,11 @@ from typing import Any, Callable, Literal, Mapping
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.episode_scripts import CHECK_SOURCE as _CHECK_SOURCE
 from sandbox.episode_scripts import RUN_SOURCE as _RUN_SOURCE
+from sandbox.fork_server import trust_script
 from sandbox.workspace import check_relpath
 
 Grader = Callable[[Any, Mapping[str, str]], dict]
+trust_script(_CHECK_SOURCE)  # the env's own helper programs: zygotes may keep them compiled
 
 _RESERVED = "_episode_"  # prefix of the env's own helper files; the agent may not write them
 _MANIFEST = "_episode_files.json"
@@ -319,7 +321,8 @@ class EpisodeEnv:
     def _run(self, argv: tuple[str, ...], limits: Limits) -> ExecResult:
         cap = min(limits.output_bytes, 64 * 1024)
         files = dict(self.files)
-        files["_episode_run.py"] = _RUN_SOURCE % {"cap": cap}
+        files["_episode_run.py"] = source = _RUN_SOURCE % {"cap": cap}
+        trust_script(source)
         res = self.sandbox.run(files, ["python", "_episode_run.py", *argv], limits,
                                collect=[_MANIFEST])
         raw = res.files.get(_MANIFEST)
