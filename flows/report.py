@@ -60,19 +60,24 @@ def _group_rate(ev: dict, group: list[str], mode: str) -> float:
 def summary(result: dict, metrics: pd.DataFrame) -> str:
     b, f = result["baseline"], result["final"]
     fams = sorted({k.split("/")[1] for k in b if k.count("/") == 2})
-    out = [iteration_table(metrics), "",
-           f"held-out pass rate ({b['heldout/tasks']} tasks)       SFT start (v0)   after RL (v{result['iterations']})"]
-    out.append(f"  greedy                              {b['heldout/pass_greedy']:.3f}            {f['heldout/pass_greedy']:.3f}")
-    out.append(f"  sampled                             {b['heldout/pass_sampled']:.3f}            {f['heldout/pass_sampled']:.3f}")
+    rows = [("greedy", b["heldout/pass_greedy"], f["heldout/pass_greedy"]),
+            ("sampled", b["heldout/pass_sampled"], f["heldout/pass_sampled"])]
     for name, group in family_groups(fams).items():
         n = sum(b.get(f"heldout/{fam}/tasks", 0) for fam in group)
-        out.append(f"  {name + f' ({n})':<16} greedy / sampled  {_group_rate(b, group, 'greedy'):.3f} / "
-                   f"{_group_rate(b, group, 'sampled'):.3f}    {_group_rate(f, group, 'greedy'):.3f} / "
-                   f"{_group_rate(f, group, 'sampled'):.3f}")
+        rows.append((f"{name} ({n})", (_group_rate(b, group, "greedy"), _group_rate(b, group, "sampled")),
+                     (_group_rate(f, group, "greedy"), _group_rate(f, group, "sampled"))))
     for fam in fams:
         n = b.get(f"heldout/{fam}/tasks")
-        label = f"{fam} ({n})" if n is not None else fam
-        out.append(f"  {label:<16} greedy / sampled  {b[f'heldout/{fam}/pass_greedy']:.3f} / "
-                   f"{b[f'heldout/{fam}/pass_sampled']:.3f}    {f[f'heldout/{fam}/pass_greedy']:.3f} / "
-                   f"{f[f'heldout/{fam}/pass_sampled']:.3f}")
+        rows.append((f"{fam} ({n})" if n is not None else fam,
+                     (b[f"heldout/{fam}/pass_greedy"], b[f"heldout/{fam}/pass_sampled"]),
+                     (f[f"heldout/{fam}/pass_greedy"], f[f"heldout/{fam}/pass_sampled"])))
+
+    def cell(v) -> str:
+        return f"{v[0]:.3f} / {v[1]:.3f}" if isinstance(v, tuple) else f"{v:.3f}"
+
+    width = max(len(r[0]) for r in rows) + 2
+    out = [iteration_table(metrics), "",
+           f"held-out pass rate ({b['heldout/tasks']} tasks; per family: greedy / sampled)",
+           f"  {'':<{width}}{'SFT start (v0)':<17}after RL (v{result['iterations']})"]
+    out += [f"  {label:<{width}}{cell(v0):<17}{cell(v1)}" for label, v0, v1 in rows]
     return "\n".join(out)

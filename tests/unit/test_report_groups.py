@@ -27,4 +27,5 @@ def test_summary_shows_task_weighted_group_rates_at_start_and_end():
     line = next(x for x in text.splitlines() if x.strip().startswith("verify-only"))
     # (0*10 + 0.5*30)/40 = 0.375 greedy at the start; (1*10 + 0.5*30)/40 = 0.625 at the end
     assert "verify-only (40)" in line and "0.375 / 0.400" in line and "0.625 / 0.750" in line
+    assert line.index("0.375") == next(x for x in text.splitlines() if "add (30)" in x).index("1.000")
     assert any(x.strip().startswith("with reference (30)") for x in text.splitlines())
