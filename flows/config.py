@@ -104,9 +104,14 @@ class RunConfig(BaseModel):
         # `cluster` says where rollouts execute, not what they compute: resuming on another
         # Dask cluster must reuse the finished stages.
         # `episodes` while off changes nothing: single-turn runs keep their hash.
+        # `sandbox.fork_server` changes how fast executions start, not their results.
+        # `tasks.function_name` unset is how runs before it existed worked: same hash.
         off = () if self.episodes.enabled else ("episodes",)
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
                                                    "keep_checkpoints", "cluster", *off})
+        d["sandbox"].pop("fork_server", None)
+        if d["tasks"].get("function_name") is None:
+            d["tasks"].pop("function_name", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

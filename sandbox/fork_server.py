@@ -185,7 +185,9 @@ class ForkServer:
                 continue
             try:
                 return self._run_on(z, files, plan, limits, stdin, collect)
-            except (ZygoteError, OSError) as exc:  # OSError: its folders, its pipes
+            except Exception as exc:  # noqa: BLE001 -- OSError: its folders, its pipes; anything
+                # else (a RecursionError from a tree the candidate built) must not escape either:
+                # the zygote is retired and the execution retried, then reported as infra_error
                 z.healthy = False
                 failures.append(str(exc) if isinstance(exc, ZygoteError)
                                 else f"{type(exc).__name__}: {exc}")
@@ -220,7 +222,10 @@ class ForkServer:
             remember = self._remember(z, plan, files)
             job = {"argv": list(plan.argv), "orig_argv": list(plan.orig_argv), "uid": uid,
                    "rlimits": _rlimits(limits, h)}
-            out = z.execute({"op": "run", "id": rid, "script": plan.argv[0], "remember": remember},
+            request = {"op": "run", "id": rid, "remember": remember}
+            if remember is not None:  # the name a policy chose is not left in the zygote's heap
+                request["script"] = plan.argv[0]
+            out = z.execute(request,
                             job, stdin, limits.timeout_s, limits.output_bytes,
                             group.kill_all if group is not None else (lambda: None))
             answer = _check(out.answer, rid)
@@ -253,7 +258,11 @@ class ForkServer:
         finally:
             if group is not None:
                 group.kill_all()
-            if not z.clean():  # before the group goes: its tmpfs pages are charged there
+            try:  # before the group goes: its tmpfs pages are charged there
+                cleaned = z.clean()
+            except Exception:  # noqa: BLE001 -- whatever failed, the zygote is not reused
+                cleaned = False
+            if not cleaned:
                 z.healthy = False
             if group is not None:
                 group.remove()

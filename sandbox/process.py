@@ -26,7 +26,6 @@ import json
 import logging
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 from typing import Mapping, Sequence
@@ -35,7 +34,7 @@ from sandbox.base import ExecResult, Limits, verdict
 from sandbox.capture import run_capped
 from sandbox.cgroups import ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
-from sandbox.workspace import check_relpath, collect_files, make_workspace, write_files
+from sandbox.workspace import check_relpath, collect_files, make_workspace, remove_tree, write_files
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +298,7 @@ class ProcessSandbox:
             if group is not None:
                 group.kill_all()
             if workdir is not None:  # before the group goes: its tmpfs pages are charged there
-                shutil.rmtree(workdir, ignore_errors=True)
+                remove_tree(workdir)
             if group is not None:
                 group.remove()
 

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import tempfile
 from typing import Mapping, Sequence
 
@@ -19,6 +21,25 @@ def workspace_base() -> str:
     if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
         return shm
     return tempfile.gettempdir()
+
+
+def remove_tree(path: str) -> bool:
+    """Remove a folder and everything in it, links removed and never followed; True if gone.
+
+    An execution controls what is in its workspace: a tree a few thousand folders deep makes
+    `shutil.rmtree` (recursive in Python 3.11) raise RecursionError, and one deeper than
+    PATH_MAX defeats path-based removal. Those fall back to `rm -rf`, which walks by file
+    descriptor to any depth."""
+    try:
+        shutil.rmtree(path)
+        return True
+    except FileNotFoundError:
+        return True
+    except (OSError, RecursionError):
+        pass
+    subprocess.run(["rm", "-rf", "--one-file-system", "--", path], stdin=subprocess.DEVNULL,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return not os.path.lexists(path)
 
 
 def make_workspace() -> str:

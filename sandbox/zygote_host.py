@@ -13,7 +13,6 @@ import json
 import os
 import secrets
 import select
-import shutil
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 from sandbox.cgroups import ExecGroup
 from sandbox.process import _LAUNCH, _SANDBOX_ENV
+from sandbox.workspace import remove_tree
 
 if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
@@ -326,7 +326,7 @@ class Zygote:
                     pass
         if self.home is not None:
             self.home.remove()
-        shutil.rmtree(self.spool, ignore_errors=True)
+        remove_tree(self.spool)
 
 
 def sweep_spools(base: str) -> None:
@@ -339,7 +339,7 @@ def sweep_spools(base: str) -> None:
         owner = name[len(SPOOL_PREFIX):].split("-", 1)[0]
         if name.startswith(SPOOL_PREFIX) and owner.isdigit() and not os.path.exists(
                 f"/proc/{owner}"):
-            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            remove_tree(os.path.join(base, name))
 
 
 def fds_kinds(stdin: bytes | None) -> tuple[str, ...]:
@@ -383,7 +383,7 @@ def _empty(path: str) -> bool:
         p = os.path.join(path, name)
         try:
             if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p)
+                ok = remove_tree(p) and ok
             else:
                 os.unlink(p)
         except OSError:

@@ -126,7 +126,8 @@ def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=Non
                 workers: int = 2) -> list[TaskCheck]:
     """`check_task` over many tasks; sandbox runs overlap in `workers` threads (run() is
     thread-safe). Without a sandbox, the default one is made from `SandboxConfig()`."""
-    if sandbox is None:
+    own = sandbox is None
+    if own:
         from sandbox.config import SandboxConfig
         from sandbox.registry import make_sandbox
 
@@ -135,8 +136,12 @@ def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=Non
     if limits is None:
         from sandbox.base import Limits
         limits = Limits()
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda t: check_task(t, sandbox, limits, reward_cfg), tasks))
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            return list(pool.map(lambda t: check_task(t, sandbox, limits, reward_cfg), tasks))
+    finally:
+        if own:  # the one made here: its zygotes (or containers) go with it
+            sandbox.close()
 
 
 def content_key(task: Task) -> str:

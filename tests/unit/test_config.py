@@ -64,3 +64,12 @@ def test_cli_missing_config_file_exits_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--config",
                            str(tmp_path / "nope.yaml")], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them():
+    # pinned: the default config's hash before sandbox.fork_server, tasks.function_name and
+    # episodes existed; a resumed run must find its finished stages under the same keys
+    base = load_config("configs/default.yaml")
+    assert base.hash() == "80d1835d5843"
+    assert load_config("configs/default.yaml", ["sandbox.fork_server=false"]).hash() == base.hash()
+    assert load_config("configs/default.yaml", ["tasks.function_name=f"]).hash() != base.hash()

@@ -1,0 +1,60 @@
+"""A candidate that builds a folder tree deeper than Python's recursion limit and than PATH_MAX
+must not break the sandbox: its run returns a record, and the next run gets a clean workspace
+(real bubblewrap runs, with and without the fork-server fast path)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from sandbox.base import Limits
+from sandbox.process import ProcessSandbox
+from sandbox.workspace import remove_tree
+
+DEEP = """
+import os
+for _ in range(3000):  # 6000 bytes of path: past PATH_MAX and past the recursion limit
+    os.mkdir("d")
+    os.chdir("d")
+print("deep")
+"""
+_L = Limits(timeout_s=20.0, memory_mb=256, pids=16)
+
+
+@pytest.fixture(params=[True, False], ids=["fork_server", "plain"], scope="module")
+def sandbox(request):
+    sbx = ProcessSandbox(fork_server=request.param)
+    if request.param and sbx.fork_server is None:
+        pytest.skip("no fork server here")
+    yield sbx
+    sbx.close()
+
+
+def test_a_tree_deeper_than_path_max_leaves_the_next_run_a_clean_workspace(sandbox):
+    first = sandbox.run({"main.py": DEEP}, ["python", "main.py"], _L)
+    assert first.status == "ok" and first.stdout == "deep\n", first
+    for _ in range(2):  # the same zygote (or a fresh one) serves clean runs afterwards
+        nxt = sandbox.run({"main.py": "import os\nprint(sorted(os.listdir('.')))\n"},
+                          ["python", "main.py"], _L)
+        assert nxt.status == "ok" and nxt.stdout == "['main.py']\n", nxt
+
+
+def test_remove_tree_removes_any_depth_and_never_follows_links(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    root = tmp_path / "root"
+    cur = str(root)
+    os.mkdir(cur)
+    fd = os.open(cur, os.O_RDONLY)
+    try:
+        for _ in range(3000):  # built by fd, since the full path outgrows PATH_MAX
+            os.mkdir("d", dir_fd=fd)
+            nfd = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        os.symlink(str(outside), "link", dir_fd=fd)
+    finally:
+        os.close(fd)
+    assert remove_tree(str(root))
+    assert not root.exists() and (outside / "keep.txt").read_text() == "x"
