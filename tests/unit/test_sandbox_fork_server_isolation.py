@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import threading
@@ -253,6 +254,11 @@ def test_a_forked_copy_of_the_host_process_starts_its_own_zygotes(fast):
         finally:
             os._exit(0)
     os.close(w)
+    # a lock another thread held at fork time would hang the copy: fail then, do not wait
+    if not select.select([r], [], [], 60)[0]:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked copy gave no answer in 60 s")
     assert os.read(r, 1) == b"1"
     os.waitpid(pid, 0)
     os.close(r)
