@@ -70,6 +70,7 @@ class Zygote:
         self.pid = -1
         self.spawned = False  # its next child is forked and waits for a job
         self.remembered: set[bytes] = set()  # digests of the scripts it keeps compiled
+        self.tmp_scaffold: frozenset[str] = frozenset()
         self._buf = b""
         self.spool = tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", dir=base)
         self.ws = os.path.join(self.spool, "ws")
@@ -116,6 +117,9 @@ class Zygote:
             ready = self.recv(deadline)
             if ready.get("ready") is not True:
                 raise ZygoteError(f"zygote said {str(ready)[:200]} instead of ready")
+            # What its private /tmp holds before any execution: bubblewrap's mount points for
+            # paths under /tmp (a checkout or venv there), root's, left alone by clean().
+            self.tmp_scaffold = frozenset(os.listdir(f"/proc/{pid}/root/tmp"))
         except OSError as exc:
             raise ZygoteError(f"cannot start the zygote: {exc}") from None
         finally:
@@ -300,7 +304,7 @@ class Zygote:
             os.chmod(self.ws, 0o700)
         except OSError:
             ok = False
-        return _empty(f"/proc/{self.pid}/root/tmp") and ok
+        return _empty(f"/proc/{self.pid}/root/tmp", keep=self.tmp_scaffold) and ok
 
     def log_tail(self) -> str:
         try:
@@ -372,14 +376,17 @@ def _child_pid(fd: int, deadline: float) -> int | None:
     return pid if type(pid) is int else None
 
 
-def _empty(path: str) -> bool:
-    """Remove everything inside `path` (links are removed, never followed)."""
+def _empty(path: str, keep: frozenset[str] = frozenset()) -> bool:
+    """Remove everything inside `path` but the names in `keep` (links are removed, never
+    followed)."""
     ok = True
     try:
         names = os.listdir(path)
     except OSError:
         return False
     for name in names:
+        if name in keep:
+            continue
         p = os.path.join(path, name)
         try:
             if os.path.isdir(p) and not os.path.islink(p):

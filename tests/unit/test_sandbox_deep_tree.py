@@ -58,3 +58,33 @@ def test_remove_tree_removes_any_depth_and_never_follows_links(tmp_path):
         os.close(fd)
     assert remove_tree(str(root))
     assert not root.exists() and (outside / "keep.txt").read_text() == "x"
+
+
+def test_cleaning_a_zygotes_tmp_leaves_the_mount_scaffold_it_started_with(tmp_path):
+    # bubblewrap puts mount points for paths under /tmp (a checkout or venv there) into the
+    # private /tmp; clean() must remove what an execution wrote and leave those alone
+    from sandbox.zygote_host import _empty
+
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "checkout" / "keep.py").write_text("x")
+    (tmp_path / "written").mkdir()
+    (tmp_path / "written" / "f").write_text("y")
+    (tmp_path / "file").write_text("z")
+    assert _empty(str(tmp_path), keep=frozenset({"checkout"}))
+    assert sorted(os.listdir(tmp_path)) == ["checkout"]
+    assert (tmp_path / "checkout" / "keep.py").read_text() == "x"
+
+
+def test_a_fork_server_sandbox_keeps_its_zygote_and_empties_tmp_between_runs():
+    sbx = ProcessSandbox()
+    if sbx.fork_server is None:
+        pytest.skip("no fork server here")
+    try:
+        assert sbx.run({"main.py": "open('/tmp/left', 'w').write('x')\n"}, ["python", "main.py"],
+                       _L).status == "ok"
+        pids = sbx.fork_server.zygote_pids()
+        nxt = sbx.run({"main.py": "import os\nprint(os.path.exists('/tmp/left'))\n"},
+                      ["python", "main.py"], _L)
+        assert nxt.stdout == "False\n" and sbx.fork_server.zygote_pids() == pids != []
+    finally:
+        sbx.close()
