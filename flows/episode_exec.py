@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from flows.episode_config import EpisodeConfig
-from flows.rollouts import ShardTimeout, _sandbox
+from flows.rollouts import _sandbox, map_within
 from rewards.aggregate import RewardConfig
 from rewards.episode_grading import make_grader
 from sandbox.config import SandboxConfig
@@ -71,21 +71,11 @@ def step_many(client, items: list[tuple[EpisodeState, str | None]], ecfg: Episod
               timeout_s: float | None = None) -> list[Stepped]:
     """One Dask task per episode step (`Client.map`), gathered in order; past `timeout_s` the
     steps are cancelled and `ShardTimeout` raised (the calling stage retries)."""
-    from distributed import wait
-
     if not items:
         return []
-    futures = client.map(step_episode, [s for s, _ in items], [a for _, a in items],
-                         ecfg=ecfg, max_turns=max_turns, sandbox_cfg=sandbox_cfg,
-                         reward_cfg=reward_cfg, pure=False)
-    try:
-        wait(futures, timeout=timeout_s)
-    except TimeoutError:
-        done = sum(f.done() for f in futures)
-        client.cancel(futures)
-        raise ShardTimeout(f"{len(items) - done} of {len(items)} episode steps unfinished "
-                           f"after {timeout_s:.0f}s") from None
-    return client.gather(futures)
+    return map_within(client, step_episode, [s for s, _ in items], [a for _, a in items],
+                      timeout_s=timeout_s, what="episode steps", ecfg=ecfg, max_turns=max_turns,
+                      sandbox_cfg=sandbox_cfg, reward_cfg=reward_cfg)
 
 
 def step_deadline_s(n_items: int, ecfg: EpisodeConfig, threads: int) -> float:

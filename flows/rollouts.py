@@ -121,18 +121,25 @@ def execute_many(client, items: list[tuple[Task, str]], sandbox_cfg: SandboxConf
     A worker that dies mid-shard costs nothing but time: the scheduler hands its tasks to
     another worker. Waiting is bounded by `timeout_s`: past it the shard's tasks are
     cancelled and `ShardTimeout` is raised (the Prefect stage then retries it)."""
-    from distributed import wait
-
     if not items:
         return []
-    futures = client.map(execute_one, [t for t, _ in items], [c for _, c in items],
-                         sandbox_cfg=sandbox_cfg, reward_cfg=reward_cfg, pure=False)
+    return map_within(client, execute_one, [t for t, _ in items], [c for _, c in items],
+                      timeout_s=timeout_s, what="executions", sandbox_cfg=sandbox_cfg,
+                      reward_cfg=reward_cfg)
+
+
+def map_within(client, fn, *iterables, timeout_s: float | None, what: str, **kwargs) -> list:
+    """`client.map(fn, *iterables, **kwargs)` gathered in order; past `timeout_s` the tasks are
+    cancelled and `ShardTimeout` raised, naming how many `what` were unfinished."""
+    from distributed import wait
+
+    futures = client.map(fn, *iterables, pure=False, **kwargs)
     try:
         wait(futures, timeout=timeout_s)
     except TimeoutError:
         done = sum(f.done() for f in futures)
         client.cancel(futures)
-        raise ShardTimeout(f"{len(items) - done} of {len(items)} executions unfinished after "
+        raise ShardTimeout(f"{len(futures) - done} of {len(futures)} {what} unfinished after "
                            f"{timeout_s:.0f}s") from None
     return client.gather(futures)
 
