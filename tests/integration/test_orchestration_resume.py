@@ -62,7 +62,12 @@ def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     assert first.returncode == -signal.SIGKILL
     assert 1 not in finished_iterations(str(run_dir)), "the kill came after the whole run"
     before = _journal(run_dir)
-    finished = {_where(r) for r in before if r["event"] == "end"}
+    # Stages that ended before the update began: the kill lands a few ms after the update's
+    # start is seen, and an update that ended in that window may not have persisted its result
+    # yet (its journal line comes first), so running it again is right; it is not asserted on.
+    cut = next(i for i, r in enumerate(before) if r["stage"] == "update_policy"
+               and r["event"] == "start" and r["iteration"] == 0)
+    finished = {_where(r) for r in before[:cut] if r["event"] == "end"}
     for stage in STAGES_BEFORE_UPDATE:
         assert any(w[0] == stage and w[1] == 0 for w in finished), stage
     files_before = {p: p.stat().st_mtime_ns for p in (run_dir / "trajectories").rglob("*.parquet")}
