@@ -19,33 +19,17 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sandbox.base import ExecResult, Limits  # noqa: E402
+from bench.common import Bare, pct  # noqa: E402
 from sandbox.process import ProcessSandbox  # noqa: E402
 
 LIMITS = Limits(timeout_s=30)
-
-
-class Bare:
-    """A fresh interpreter in a temporary directory: what a harness without a sandbox pays."""
-
-    name = "bare interpreter"
-
-    def run(self, files, argv, limits=LIMITS):
-        with tempfile.TemporaryDirectory() as d:
-            for k, v in files.items():
-                Path(d, k).write_bytes(v if isinstance(v, bytes) else v.encode())
-            p = subprocess.run([sys.executable, "-I", "-B", *argv[1:]], cwd=d,
-                               capture_output=True, timeout=limits.timeout_s)
-        return ExecResult("ok" if p.returncode == 0 else "failed", p.returncode,
-                          p.stdout.decode(), p.stderr.decode(), 0.0, "bare")
 
 
 class Recorder:
@@ -69,11 +53,6 @@ def humaneval_call():
     run_humaneval_tests(task, task.reference, rec, Limits(timeout_s=10.0), 3.0)
     files, argv, limits = rec.call
     return files, argv, limits
-
-
-def pct(xs, q) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] * 1000
 
 
 def measure(backends, files, argv, limits, n, check) -> dict[str, list[float]]:

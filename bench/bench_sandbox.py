@@ -13,7 +13,6 @@ state them: process p50 within 30 ms of bare, warm Docker p50 under 100 ms.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sandbox.base import Limits  # noqa: E402
+from bench.common import Bare, pct  # noqa: E402
 from sandbox.process import ProcessSandbox  # noqa: E402
 
 PASS = ("pass.py", "pass\n")
@@ -36,30 +36,12 @@ print("ok")
 LIMITS = Limits(timeout_s=30)
 
 
-class Bare:
-    name = "bare subprocess"
-
-    def run(self, files, argv, limits=LIMITS):
-        import tempfile
-        with tempfile.TemporaryDirectory() as d:
-            for k, v in files.items():
-                Path(d, k).write_text(v)
-            p = subprocess.run([sys.executable, "-I", "-B", *argv[1:]], cwd=d,
-                               capture_output=True, timeout=limits.timeout_s)
-        assert p.returncode == 0, p.stderr
-
-
 def timed(sbx, prog) -> float:
     t = time.perf_counter()
     r = sbx.run({prog[0]: prog[1]}, ["python", prog[0]], LIMITS)
     if r is not None and r.status != "ok":
         raise RuntimeError(f"{sbx.name}: {r}")
     return time.perf_counter() - t
-
-
-def pct(xs, q) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] * 1000
 
 
 def measure(backends, prog, n) -> dict[str, list[float]]:
@@ -87,7 +69,7 @@ def main() -> None:
     ap.add_argument("--no-docker", action="store_true")
     args = ap.parse_args()
 
-    bare, proc = Bare(), ProcessSandbox(fork_server=False)
+    bare, proc = Bare("bare subprocess"), ProcessSandbox(fork_server=False)
     proc.name = "process backend"
     fork = ProcessSandbox()
     fork.name = "process+fork server"
