@@ -17,31 +17,10 @@ from sandbox.config import SandboxConfig
 from sandbox import fork_server
 from sandbox.fork_server import plan_fast, trust_script
 from sandbox.process import ProcessSandbox, fork_server_unavailable
+from fork_server_common import run_py, served
 from sandbox.registry import make_sandbox
 
 ROLLFORGE = os.path.join(os.path.dirname(sys.executable), "rollforge")
-
-
-@pytest.fixture(scope="module")
-def fast():
-    sbx = ProcessSandbox()
-    if sbx.fork_server is None:
-        pytest.skip(f"no fork server here: {fork_server_unavailable(sbx.host)}")
-    yield sbx
-    sbx.close()
-
-
-@pytest.fixture(scope="module")
-def plain():
-    return ProcessSandbox(fork_server=False)
-
-
-def run_py(sbx, src, limits=Limits(), **kw):
-    return sbx.run({"main.py": src}, ["python", "main.py"], limits, **kw)
-
-
-def served(sbx) -> int:
-    return sbx.fork_server.served
 
 
 _L = Limits(timeout_s=5.0, memory_mb=128, pids=16, output_bytes=4096, file_size_mb=1)

@@ -16,29 +16,8 @@ from sandbox import zygote_host
 from sandbox.base import Limits
 from sandbox.fork_server import DENIED_PRELOAD, ForkServer
 from sandbox.hostile import HOSTILE, Listener, make_context, problems
-from sandbox.process import ProcessSandbox, fork_server_unavailable
-
-
-@pytest.fixture(scope="module")
-def fast():
-    sbx = ProcessSandbox()
-    if sbx.fork_server is None:
-        pytest.skip(f"no fork server here: {fork_server_unavailable(sbx.host)}")
-    yield sbx
-    sbx.close()
-
-
-@pytest.fixture(scope="module")
-def plain():
-    return ProcessSandbox(fork_server=False)
-
-
-def run_py(sbx, src, limits=Limits(), **kw):
-    return sbx.run({"main.py": src}, ["python", "main.py"], limits, **kw)
-
-
-def served(sbx) -> int:
-    return sbx.fork_server.served
+from sandbox.process import ProcessSandbox
+from fork_server_common import run_py, served
 
 
 def _record(r):
