@@ -41,6 +41,7 @@ apply_defaults()
 import torch  # noqa: E402
 
 from flows.config import load_config  # noqa: E402
+from flows.report import group_rate  # noqa: E402
 from flows.stages import sft_tasks  # noqa: E402
 from storage.registry import read_metrics  # noqa: E402
 from tasks.procedural import FAMILIES  # noqa: E402
@@ -129,16 +130,14 @@ def evaluate_version(cfg, run_dir: Path, version: int) -> dict:
 
 
 def split_rates(ev: dict, families: list[str]) -> dict:
-    """Pass rates of the verification-only families and of the rest, weighted by task count."""
+    """Pass rates of the verification-only families and of the rest, weighted by task count
+    (the end-of-run summary's `group_rate`)."""
     out = {}
     for group, names in (("verify-only", [f for f in families if FAMILIES[f].verify_only]),
                          ("rest", [f for f in families if not FAMILIES[f].verify_only])):
-        n = sum(ev.get(f"heldout/{f}/tasks", 0) for f in names)
         for mode in ("greedy", "sampled"):
-            tot = sum(ev[f"heldout/{f}/pass_{mode}"] * ev[f"heldout/{f}/tasks"] for f in names
-                      if not math.isnan(ev.get(f"heldout/{f}/pass_{mode}", math.nan)))
-            out[f"{group}/{mode}"] = tot / n if n else math.nan
-        out[f"{group}/tasks"] = n
+            out[f"{group}/{mode}"] = group_rate(ev, names, mode)
+        out[f"{group}/tasks"] = sum(ev.get(f"heldout/{f}/tasks", 0) for f in names)
     return out
 
 

@@ -48,7 +48,7 @@ def family_groups(fams: list[str]) -> dict[str, list[str]]:
     return {"verify-only": vo, "with reference": rest} if vo and rest else {}
 
 
-def _group_rate(ev: dict, group: list[str], mode: str) -> float:
+def group_rate(ev: dict, group: list[str], mode: str) -> float:
     """Task-weighted pass rate of several families."""
     pairs = [(ev.get(f"heldout/{f}/pass_{mode}", math.nan), ev.get(f"heldout/{f}/tasks", 0))
              for f in group]
@@ -64,8 +64,8 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
             ("sampled", b["heldout/pass_sampled"], f["heldout/pass_sampled"])]
     for name, group in family_groups(fams).items():
         n = sum(b.get(f"heldout/{fam}/tasks", 0) for fam in group)
-        rows.append((f"{name} ({n})", (_group_rate(b, group, "greedy"), _group_rate(b, group, "sampled")),
-                     (_group_rate(f, group, "greedy"), _group_rate(f, group, "sampled"))))
+        rows.append((f"{name} ({n})", (group_rate(b, group, "greedy"), group_rate(b, group, "sampled")),
+                     (group_rate(f, group, "greedy"), group_rate(f, group, "sampled"))))
     for fam in fams:
         n = b.get(f"heldout/{fam}/tasks")
         rows.append((f"{fam} ({n})" if n is not None else fam,
