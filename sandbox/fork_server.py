@@ -8,7 +8,9 @@ gets (see `sandbox/FORK_SERVER.md`):
 - its own files in the workspace (written into the zygote's bound workspace folder, emptied
   afterwards with the zygote's private /tmp) and an unused uid of its own;
 - its own cgroup v1 memory and pids groups: the host moves the waiting child into them, by its
-  host pid read from the zygote's home group, before the child runs anything;
+  host pid read from the zygote's home group, before the child runs anything (a zygote's groups
+  serve its executions one after another: emptied, their page cache reclaimed, peak and OOM
+  count restarted after each; `sandbox/cgroups.py`);
 - the same rlimits; stdin, stdout and stderr as pipes whose other ends the host holds, with the
   same output caps and wall clock (`sandbox/zygote_host.py`); the same result record and verdict.
 
@@ -32,7 +34,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from sandbox.base import ExecResult, Limits, verdict
-from sandbox.cgroups import ExecGroup
 from sandbox.process import _give_to
 from sandbox.workspace import check_relpath, collect_files, workspace_base, write_files
 from sandbox.zygote_host import Zygote, ZygoteError, sweep_spools
@@ -199,6 +200,7 @@ class ForkServer:
                 stdin: bytes | None, collect: Sequence[str]) -> ExecResult:
         h = self.sbx.host
         group = None
+        emptied = False  # every process of the execution's group is known to be gone
         try:
             uid = 2_000_000 + secrets.randbelow(1_000_000_000)
             try:
@@ -208,8 +210,8 @@ class ForkServer:
                 raise ZygoteError(f"workspace: {exc}") from None
             if h.memory_cgroup or h.pids_cgroup:
                 try:  # pids + 1: a plain run's interpreter may hold pids + 1 (see _LAUNCHER_PROCS)
-                    group = ExecGroup(limits.memory_mb if h.memory_cgroup else None,
-                                      limits.pids + 1 if h.pids_cgroup else None)
+                    group = z.exec_group(limits.memory_mb if h.memory_cgroup else None,
+                                         limits.pids + 1 if h.pids_cgroup else None)
                 except OSError as exc:
                     raise ZygoteError(f"cannot make the execution's cgroup: {exc}") from None
             z.wait_spawned()
@@ -245,7 +247,7 @@ class ForkServer:
             else:
                 code = answer["exit"]
             if group is not None:
-                group.kill_all()
+                emptied = group.kill_all()
             stdout = out.stdout.decode("utf-8", errors="replace")
             stderr = out.stderr.decode("utf-8", errors="replace")
             status = verdict(timed_out=out.timed_out and stopped,
@@ -256,16 +258,16 @@ class ForkServer:
                               peak_memory_mb=group.peak_mb() if group else None,
                               files=collected)
         finally:
-            if group is not None:
-                group.kill_all()
-            try:  # before the group goes: its tmpfs pages are charged there
+            if group is not None and not emptied:
+                emptied = group.kill_all()
+            try:  # before the group is recycled or goes: its tmpfs pages are charged there
                 cleaned = z.clean()
             except Exception:  # noqa: BLE001 -- whatever failed, the zygote is not reused
                 cleaned = False
             if not cleaned:
                 z.healthy = False
             if group is not None:
-                group.remove()
+                z.release_group(emptied)
 
     def _remember(self, z: Zygote, plan: Plan, files: Mapping[str, str | bytes]) -> str | None:
         """The script's bytes for the zygote to keep compiled, if it is a registered harness

@@ -67,6 +67,7 @@ class Zygote:
         self.healthy = True
         self.proc: subprocess.Popen | None = None
         self.home: ExecGroup | None = None
+        self.group: ExecGroup | None = None  # its executions' group, recycled between them
         self.pid = -1
         self.spawned = False  # its next child is forked and waits for a job
         self.remembered: set[bytes] = set()  # digests of the scripts it keeps compiled
@@ -197,9 +198,7 @@ class Zygote:
             try:
                 for kind in fds_kinds(stdin):
                     os.mkfifo(f"{base}-{kind}", 0o600)
-                with open(os.open(f"{base}-job", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
-                          "w") as fh:
-                    json.dump(dict(job, stdin=stdin is not None), fh)
+                _write_new(f"{base}-job", json.dumps(dict(job, stdin=stdin is not None)).encode())
                 # Read-write, all three: opening never waits for the other end, and a read
                 # finds no end of file before the child opens its end (it says "no data").
                 for kind in fds_kinds(stdin):
@@ -295,6 +294,31 @@ class Zygote:
         return Outcome(answer, bytes(bufs[fds["out"]]), bytes(bufs[fds["err"]]),
                        state["timed_out"], state["overflow"], state["stopped"])
 
+    # -- the executions' cgroup -----------------------------------------------------------
+    def exec_group(self, memory_mb: int | None, pids: int | None) -> ExecGroup:
+        """The group for its next execution: made for its first, recycled for the next ones
+        (making and removing groups costs more than a short execution). OSError if not."""
+        if self.group is not None:
+            try:
+                self.group.set_limits(memory_mb, pids)
+                return self.group
+            except OSError:
+                self.drop_group()
+        self.group = ExecGroup(memory_mb, pids)
+        return self.group
+
+    def release_group(self, emptied: bool) -> None:
+        """After an execution (its processes killed: `emptied` when none is left): keep the
+        group for the next one if it can be recycled, else remove it."""
+        if self.group is not None and not (emptied and self.healthy and self.group.recycle()):
+            self.drop_group()
+
+    def drop_group(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            group.kill_all()
+            group.remove()
+
     # -- between executions ---------------------------------------------------------------
     def clean(self) -> bool:
         """Empty the workspace and the zygote's /tmp; False if something could not be removed."""
@@ -330,6 +354,7 @@ class Zygote:
                     pass
         if self.home is not None:
             self.home.remove()
+        self.drop_group()
         remove_tree(self.spool)
 
 
@@ -344,6 +369,17 @@ def sweep_spools(base: str) -> None:
         if name.startswith(SPOOL_PREFIX) and owner.isdigit() and not os.path.exists(
                 f"/proc/{owner}"):
             remove_tree(os.path.join(base, name))
+
+
+def _write_new(path: str, data: bytes) -> None:
+    """Create `path` (it must not exist) holding `data`, in one write where it fits."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
 
 
 def fds_kinds(stdin: bytes | None) -> tuple[str, ...]:
