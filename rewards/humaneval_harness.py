@@ -25,7 +25,7 @@ from sandbox.fork_server import trust_script
 _WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
 
 _MAIN_SOURCE = r'''
-import _thread, json as _json, selectors as _selectors, signal as _signal, time as _time
+import _thread, gc as _gc, json as _json, select as _select, signal as _signal, time as _time
 
 _dumps, _loads, _write, _mono, _sleep = (_json.dumps, _json.loads, _os.write, _time.monotonic,
                                          _time.sleep)
@@ -44,8 +44,9 @@ def _alarm(signum, frame):
     raise _Timeout()
 
 
-def _child(item, per_test, rec_fd):
-    """One sample, in its own process: load the solution, answer each planned call."""
+def _child(item, per_test, rec_fd, snap):
+    """One sample, in its own process: load the solution, answer each planned call. `snap`:
+    the builtins and harness globals as the parent saw them (it never runs candidate code)."""
     lock, stopped = _thread.allocate_lock(), [False]
 
     def emit(rec):
@@ -69,7 +70,6 @@ def _child(item, per_test, rec_fd):
 
     _signal.signal(_signal.SIGALRM, _alarm)
     _install_guard(emit_flag)
-    snap = _snapshot(globals())
     _thread.start_new_thread(watchdog, ())
     entry, calls = item["entry"], item["calls"]
     ns = {"__name__": "solution"}
@@ -116,7 +116,7 @@ def _child(item, per_test, rec_fd):
     emit({"done": True})
 
 
-def _run_one(k, item, per_test, limit_s, out):
+def _run_one(k, item, per_test, limit_s, out, snap):
     rec_r, rec_w = _os.pipe()
     txt_r, txt_w = _os.pipe()
     t0 = _mono()
@@ -131,7 +131,7 @@ def _run_one(k, item, per_test, limit_s, out):
             _os.closerange(4, 4096)  # the parent's stdout and the other samples' pipes
             prints = open(1, "w", buffering=1, closefd=False)
             _sys.stdout = _sys.stderr = prints
-            _child(item, per_test, 3)
+            _child(item, per_test, 3, snap)
         except BaseException:
             code = 70
         finally:
@@ -142,9 +142,10 @@ def _run_one(k, item, per_test, limit_s, out):
             _os._exit(code)
     _os.close(rec_w)
     _os.close(txt_w)
-    sel = _selectors.DefaultSelector()
-    sel.register(rec_r, _selectors.EVENT_READ, "rec")
-    sel.register(txt_r, _selectors.EVENT_READ, "txt")
+    poller = _select.poll()
+    kinds = {rec_r: "rec", txt_r: "txt"}
+    for fd in kinds:
+        poller.register(fd, _select.POLLIN)
     bufs = {"rec": bytearray(), "txt": bytearray()}
     end, open_pipes = None, 2
     while open_pipes:
@@ -152,14 +153,15 @@ def _run_one(k, item, per_test, limit_s, out):
         if left <= 0:
             end = "timeout"
             break
-        for key, _ in sel.select(left):
-            chunk = _os.read(key.fd, 65536)
+        for fd, _ in poller.poll(left * 1000):
+            chunk = _os.read(fd, 65536)
             if not chunk:
-                sel.unregister(key.fd)
+                poller.unregister(fd)
                 open_pipes -= 1
                 continue
-            buf = bufs[key.data]
-            if key.data == "txt":
+            kind = kinds[fd]
+            buf = bufs[kind]
+            if kind == "txt":
                 buf += chunk[:max(0, _PRINTS_CAP - len(buf))]
             else:
                 buf += chunk
@@ -172,7 +174,6 @@ def _run_one(k, item, per_test, limit_s, out):
     except OSError:
         pass
     _, status = _os.waitpid(pid, 0)
-    sel.close()
     _os.close(rec_r)
     _os.close(txt_r)
     code = _os.waitstatus_to_exitcode(status)
@@ -198,8 +199,14 @@ def main():
     def out(rec):
         _write(1, (_dumps(rec) + "\n").encode())
 
+    # Taken here, where no candidate code ever runs, and inherited by every sample's process:
+    # what each one's builtins and harness globals are compared with at its end.
+    snap = _snapshot(globals())
+    # Every object so far is the parent's: a sample's garbage collections leave them alone
+    # (walking them would copy their pages into the child, sample after sample).
+    _gc.freeze()
     for k, item in enumerate(batch):
-        _run_one(k, item, per_test, limit_s, out)
+        _run_one(k, item, per_test, limit_s, out, snap)
     out({"batch_done": True})
 
 
