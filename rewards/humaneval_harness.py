@@ -179,10 +179,11 @@ def _run_one(k, item, per_test, limit_s, out, snap):
     code = _os.waitstatus_to_exitcode(status)
     if end is None:  # SIGKILL that the parent did not send: the memory cgroup's OOM killer
         end = "ok" if code == 0 else "memory_exceeded" if code == -9 else "failed"
-    for line in bytes(bufs["rec"]).decode("utf-8", "replace").splitlines():
-        out({"s": k, "rec": line})
-    out({"s": k, "prints": bytes(bufs["txt"]).decode("utf-8", "replace")})
-    out({"s": k, "end": end, "code": code, "t": _mono() - t0})
+    lines = [{"s": k, "rec": line}
+             for line in bytes(bufs["rec"]).decode("utf-8", "replace").splitlines()]
+    lines.append({"s": k, "prints": bytes(bufs["txt"]).decode("utf-8", "replace")})
+    lines.append({"s": k, "end": end, "code": code, "t": _mono() - t0})
+    out(lines)  # one write a sample: the grader wakes once for it
 
 
 def main():
@@ -196,8 +197,10 @@ def main():
         # itself, sample after sample (about 2 ms each): use it once here, on our own text.
         exec(compile("def _warm(x):\n    return [x for _ in ()]\n", "warm.py", "exec"), {})
 
-    def out(rec):
-        _write(1, (_dumps(rec) + "\n").encode())
+    def out(recs):
+        data = memoryview("".join(_dumps(r) + "\n" for r in recs).encode())
+        while data:
+            data = data[_write(1, data):]
 
     # Taken here, where no candidate code ever runs, and inherited by every sample's process:
     # what each one's builtins and harness globals are compared with at its end.
@@ -207,7 +210,7 @@ def main():
     _gc.freeze()
     for k, item in enumerate(batch):
         _run_one(k, item, per_test, limit_s, out, snap)
-    out({"batch_done": True})
+    out([{"batch_done": True}])
 
 
 main()
