@@ -192,7 +192,7 @@ def main():
         batch = _loads(fh.read())
     _os.remove("batch.json")
     if len(batch) > 1:  # what HumanEval prompts and solutions import: once, for every fork
-        import typing, re, math, collections, itertools, functools, string, hashlib, heapq
+        import typing, re, math, collections, itertools, functools, string, heapq
         # The compiler's first use sets up state a forked child would otherwise build for
         # itself, sample after sample (about 2 ms each): use it once here, on our own text.
         exec(compile("def _warm(x):\n    return [x for _ in ()]\n", "warm.py", "exec"), {})

@@ -8,7 +8,7 @@ import pytest
 
 from sandbox.base import Limits
 from sandbox.cgroups import LEFTOVER_BYTES
-from tests.unit.fork_server_common import run_py
+from fork_server_common import run_py
 
 _BIG = "x = bytearray(200 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\nprint('done')\n"
 
