@@ -36,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "least k samples (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=None,
                    help="samples graded per sandbox run, each in its own process inside it "
-                        "(default: enough batches for every worker, at most 16; 1 gives every "
-                        "sample its own sandbox)")
+                        "(default: batches that shrink towards the end, so that the workers "
+                        "finish together; 1 gives every sample its own sandbox)")
     p.add_argument("--no-fork-server", action="store_true",
                    help="process backend: a fresh interpreter per sandbox run instead of a fork "
                         "of the warm zygote (sandbox.fork_server; on by default)")

@@ -85,15 +85,16 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
 def batches(items: Sequence[int], workers: int, batch_size: int | None = None
             ) -> list[list[int]]:
     """`items` cut into sandbox runs, in order. With `batch_size`, that many a run. Without,
-    guided self-scheduling: each run takes a 1/(2 x workers) share of what is left, between 2
-    and 48 samples, so the first runs pay the sandbox start for many samples and the last
-    ones are short: a worker that drew slow samples is not left finishing a long batch alone.
-    E.g. 164 samples, 2 workers: 41, 31, 23, 18, 13, 10, 7, 6, 4, 3, 2, 2, 2, 2."""
+    guided self-scheduling: each run takes a 1/(2 x workers) share of what is left, between 4
+    (a sandbox run costs about what a few samples cost) and 48 samples, so the first runs pay
+    the sandbox start for many samples and the last ones are short: a worker that drew slow
+    samples is not left finishing a long batch alone.
+    E.g. 164 samples, 2 workers: 41, 31, 23, 18, 13, 10, 7, 6, 4, 4, 4, 3."""
     if batch_size is not None:
         return [list(items[i:i + batch_size]) for i in range(0, len(items), batch_size)]
     out, at, share = [], 0, 2 * max(1, workers)
     while at < len(items):
-        size = min(48, max(2, math.ceil((len(items) - at) / share)))
+        size = min(48, max(4, math.ceil((len(items) - at) / share)))
         out.append(list(items[at:at + size]))
         at += size
     return out
