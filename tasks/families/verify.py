@@ -10,7 +10,7 @@ cannot help, since there is nothing to imitate. `body` is kept only to check the
 from __future__ import annotations
 
 from tasks.families.base import Family
-from tasks.families.basic import _ALPHA, _K, _int_in, _list_in, _str_in
+from tasks.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
 
 _SMALL = lambda r, d: r.randint(2, 3 + 2 * d)  # noqa: E731
 
@@ -55,4 +55,44 @@ VERIFY: list[Family] = [
     _vo("prefix_plus", "s", lambda r, d: {"k": r.randint(1, 3 + 2 * d), "t": r.choice(_ALPHA) * 2},
         lambda p: f"Return the first {p['k']} characters of s plus {p['t']!r}.",
         lambda p: f"s[:{p['k']}] + {p['t']!r}", lambda p, s: s[: p["k"]] + p["t"], _str_in),
+]
+
+
+# Reworded: each is one of the basic families' programs, asked for in words the basic families
+# never use ("exceeding" for "greater than", "written k times" for "repeated k times"), with the
+# inputs of that family and a constant drawn from a somewhat wider range (so that held-out tasks
+# are more than one or two). A policy warm-started on the basic families knows every program
+# these need; what it lacks is the meaning of the new words, and no demonstration shows it. Its
+# samples pick among the programs it knows, so some are right and a group's rewards differ: the
+# signal GRPO learns from, and imitating the references cannot supply.
+_FILTER_K = lambda r, d: {"k": r.randint(0, 9 + 6 * d)}  # noqa: E731
+_REPEAT_K = lambda r, d: {"k": r.randint(2, 4 + 4 * d)}  # noqa: E731
+_PREFIX_K = lambda r, d: {"k": r.randint(1, 3 + 4 * d)}  # noqa: E731
+
+
+def _reword(name: str, like: str, sentence, draw=None) -> Family:
+    base = next(f for f in BASIC if f.name == like)
+    return _vo(name, base.arg, draw or base.draw_params, sentence, base.body, base.fn,
+               base.draw_input)
+
+
+REWORDED: list[Family] = [
+    _reword("increased", "add", lambda p: f"Return x increased by {p['k']}."),
+    _reword("more_than", "add", lambda p: f"Return {p['k']} more than x."),
+    _reword("multiplied", "mul", lambda p: f"Return x multiplied by {p['k']}."),
+    _reword("sum_increased", "sum_plus", lambda p: f"Return the sum of xs increased by {p['k']}."),
+    _reword("larger", "filter_gt", lambda p: f"Return the elements of xs larger than {p['k']}.",
+            _FILTER_K),
+    _reword("bigger", "filter_gt", lambda p: f"Return the items of xs bigger than {p['k']}.",
+            _FILTER_K),
+    _reword("exceeding", "filter_gt", lambda p: f"Return the items of xs exceeding {p['k']}.",
+            _FILTER_K),
+    _reword("written", "repeat", lambda p: f"Return s written {p['k']} times.", _REPEAT_K),
+    _reword("s_times", "repeat", lambda p: f"Return s, {p['k']} times over.", _REPEAT_K),
+    _reword("count_of", "count", lambda p: f"Return the count of {p['c']!r} in s."),
+    _reword("first_chars", "prefix", lambda p: f"Return the first {p['k']} chars of s.", _PREFIX_K),
+    _reword("leading", "prefix", lambda p: f"Return the leading {p['k']} characters of s.",
+            _PREFIX_K),
+    _reword("start", "prefix", lambda p: f"Return the start of s, {p['k']} characters at most.",
+            _PREFIX_K),
 ]
