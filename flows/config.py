@@ -44,6 +44,10 @@ class TaskConfig(BaseModel):
         "curriculum", description="curriculum: tasks weighted by the chance their group is "
         "informative, from this run's difficulty ledger (tasks/curriculum.py); uniform: every "
         "training task equally likely (the baseline)")
+    balance_families: bool = Field(
+        True, description="curriculum: a family's tasks share one weight (the mean of theirs), "
+        "so families with many tasks do not crowd out those with few (e.g. the "
+        "verification-only ones); false: each task weighted alone")
     dynamic_sampling: bool = Field(
         True, description="DAPO (Yu et al. 2025, arXiv:2503.14476): leave groups whose G rewards "
         "are all equal (zero advantage) out of the update; their rows stay in the store")

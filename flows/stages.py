@@ -51,7 +51,8 @@ def sft_tasks(cfg: TaskConfig) -> list[Task]:
 
 def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
     """The sampler's settings: its defaults, the run's switch and the run's group size."""
-    return CurriculumConfig(strategy=cfg.tasks.sampler, group_size=cfg.sampling.group_size)
+    return CurriculumConfig(strategy=cfg.tasks.sampler, group_size=cfg.sampling.group_size,
+                            balance_families=cfg.tasks.balance_families)
 
 
 def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:

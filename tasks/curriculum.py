@@ -10,7 +10,8 @@ no Prefect, no Dask. Three ideas:
   *informative* (not all rewards equal): high for tasks sometimes solved, low for tasks always or
   never solved. Estimates are recency-weighted (the policy changes) and start, for an unseen
   task, from its family and difficulty. Difficulty ramps per family: levels above the first one
-  the policy has not yet mastered are damped.
+  the policy has not yet mastered are damped. Families are balanced: a family's weight is the
+  mean of its tasks', so one with 90 tasks is not drawn ten times as often as one with 9.
 * **Dynamic sampling** (DAPO, Yu et al. 2025, arXiv:2503.14476): groups whose G rewards are all
   equal give zero GRPO advantage; drop them and refill the batch with fresh tasks.
 """
@@ -51,6 +52,9 @@ class CurriculumConfig(BaseModel):
     ramp_damping: float = Field(0.1, ge=0, le=1, description="weight factor per level above the "
                                 "family's frontier (first level not yet mastered)")
     solved_at: float = Field(1.0, gt=0, le=1, description="pass_fraction counted as solved")
+    balance_families: bool = Field(True, description="each family's tasks share one family "
+                                   "weight (the mean of theirs), so a family with many tasks is "
+                                   "not drawn more often for that alone; False: per task")
 
 
 def _check_columns(rows: pd.DataFrame, needed: Iterable[str], what: str) -> None:
@@ -214,7 +218,12 @@ def task_weights(pool: Sequence[Task], ledger: DifficultyLedger,
         above = t.difficulty - frontier[t.family]
         if above > 0:
             ramp[i] = cfg.ramp_damping ** above
-    return (cfg.floor + informative_probability(p, cfg.group_size)) * ramp
+    w = (cfg.floor + informative_probability(p, cfg.group_size)) * ramp
+    if cfg.balance_families:
+        fams = np.array([t.family for t in pool])
+        _, inverse, counts = np.unique(fams, return_inverse=True, return_counts=True)
+        w = w / counts[inverse]
+    return w
 
 
 def sample_batch(pool: Sequence[Task], ledger: DifficultyLedger, n: int,

@@ -93,3 +93,25 @@ def test_fill_refills_the_batch_with_fresh_tasks_until_enough_groups_are_informa
     assert len({g[0].task_id for g in out.groups}) == 4  # a task is never sampled twice
     assert out.stats.groups_generated > 4 and out.stats.rounds >= 2
     assert math.isclose(out.stats.informative_share, 4 / out.stats.groups_generated)
+
+
+def test_families_are_drawn_by_their_signal_not_by_how_many_tasks_they_have():
+    # `affine` has ~90 training tasks, `written` ~10; unseen, both look equally uncertain
+    pool = [t for t in generate_suite(["affine", "written"], [1, 2], 60) if t.split == "train"]
+    n = {f: sum(t.family == f for t in pool) for f in ("affine", "written")}
+    assert n["affine"] > 5 * n["written"]
+
+    def drawn(balance):
+        cfg = CurriculumConfig(group_size=8, balance_families=balance)
+        rng = np.random.default_rng(0)
+        fams = [t.family for _ in range(200) for t in sample_batch(pool, DifficultyLedger(cfg=cfg), 4, rng, cfg)]
+        return fams.count("written") / len(fams)
+
+    assert 0.4 < drawn(True) < 0.6  # half the draws each
+    assert drawn(False) < 0.2  # per task: the big family crowds the small one out
+    # within a family, the balance only rescales: the tasks keep their order of preference
+    on, off = (task_weights(pool, DifficultyLedger(), CurriculumConfig(group_size=8, balance_families=b))
+               for b in (True, False))
+    for f in n:
+        m = np.array([t.family == f for t in pool])
+        assert on[m] * n[f] == pytest.approx(off[m])
