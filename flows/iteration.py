@@ -161,7 +161,12 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
 @_stage("evaluate", timeout_s=3600)
 def evaluate(cfg: RunConfig, version: int) -> dict:
     """Held-out pass rate of one policy version: greedy (1 per task) and sampled (k per task)."""
-    tasks = stages.heldout_tasks(cfg.tasks)
+    return pass_rates_on(cfg, version, stages.heldout_tasks(cfg.tasks), "heldout")
+
+
+def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) -> dict:
+    """Pass rates of one policy version on `tasks`, greedy (1 per task) and sampled
+    (`tasks.heldout_samples` per task), overall and per family, as `<prefix>/...` metrics."""
     model = policy_for_sampling(cfg.run_dir, version)
     k, s = cfg.tasks.heldout_samples, cfg.sampling
     c = cfg.cluster
@@ -177,12 +182,12 @@ def evaluate(cfg: RunConfig, version: int) -> dict:
                       timeout_s=shard_deadline_s(len(items), cfg.sandbox, total_threads(client)))
     g_rates = stages.pass_rates(tasks, ex[:len(tasks)], 1)
     s_rates = stages.pass_rates(tasks, ex[len(tasks):], k)
-    out = {"heldout/tasks": len(tasks), "heldout/pass_greedy": g_rates.get("all", math.nan),
-           "heldout/pass_sampled": s_rates.get("all", math.nan)}
+    out = {f"{prefix}/tasks": len(tasks), f"{prefix}/pass_greedy": g_rates.get("all", math.nan),
+           f"{prefix}/pass_sampled": s_rates.get("all", math.nan)}
     for fam in sorted(set(t.family for t in tasks)):
-        out[f"heldout/{fam}/pass_greedy"] = g_rates.get(fam, math.nan)
-        out[f"heldout/{fam}/pass_sampled"] = s_rates.get(fam, math.nan)
-        out[f"heldout/{fam}/tasks"] = sum(t.family == fam for t in tasks)
+        out[f"{prefix}/{fam}/pass_greedy"] = g_rates.get(fam, math.nan)
+        out[f"{prefix}/{fam}/pass_sampled"] = s_rates.get(fam, math.nan)
+        out[f"{prefix}/{fam}/tasks"] = sum(t.family == fam for t in tasks)
     return out
 
 

@@ -48,9 +48,9 @@ def family_groups(fams: list[str]) -> dict[str, list[str]]:
     return {"verify-only": vo, "with reference": rest} if vo and rest else {}
 
 
-def group_rate(ev: dict, group: list[str], mode: str) -> float:
-    """Task-weighted pass rate of several families."""
-    pairs = [(ev.get(f"heldout/{f}/pass_{mode}", math.nan), ev.get(f"heldout/{f}/tasks", 0))
+def group_rate(ev: dict, group: list[str], mode: str, prefix: str = "heldout") -> float:
+    """Task-weighted pass rate of several families (metrics `<prefix>/<family>/...`)."""
+    pairs = [(ev.get(f"{prefix}/{f}/pass_{mode}", math.nan), ev.get(f"{prefix}/{f}/tasks", 0))
              for f in group]
     pairs = [(r, n) for r, n in pairs if n and not math.isnan(r)]
     total = sum(n for _, n in pairs)
