@@ -1,13 +1,16 @@
 """The RL loop against equal-time SFT, from the same SFT checkpoint (issue 11).
 
-    .venv/bin/python bench/bench_rl_vs_sft.py [--config configs/verify.yaml] [--seeds 0 1]
-                                              [--out /tmp/rollforge-bench-rl] [--set KEY=VALUE ...]
+    .venv/bin/python bench/bench_rl_vs_sft.py [--config configs/default.yaml] [--seeds 0 1]
+                                              [--own-start | --start RUN_DIR]
+                                              [--out /tmp/rollforge-bench-rl]
+                                              [--set KEY=VALUE ...]
 
-For each seed:
-  1. `rollforge run` in a child process: the SFT warm start (v0) on the families that ship
-     reference solutions, then the config's GRPO iterations over the whole mix, which includes
-     the verification-only families (no reference: only the reward can teach them). Its RL wall
-     time W is the iterations' seconds minus their held-out evaluations.
+The SFT start (v0) is trained once, by the first seed's run, on the families that ship reference
+solutions; every seed starts both arms from that same checkpoint (`--own-start`: each seed trains
+its own v0, so the spread also covers the warm start). For each seed:
+  1. `rollforge run` in a child process: the config's GRPO iterations from v0 over the whole
+     mix, which includes the verification-only families (no reference: only the reward can teach
+     them). Its RL wall time W is the iterations' seconds minus their held-out evaluations.
   2. The control: from that same v0, more SFT on the same reference data for W seconds (same
      DeepSpeed engine, batch size and peak learning rate, warm-up then linear decay over the
      steps that fit in W).
@@ -42,7 +45,7 @@ import torch  # noqa: E402
 
 from flows.config import load_config  # noqa: E402
 from flows.report import group_rate  # noqa: E402
-from flows.stages import sft_tasks  # noqa: E402
+from flows.stages import sft_tasks, task_pool  # noqa: E402
 from storage.registry import read_metrics  # noqa: E402
 from tasks.procedural import FAMILIES  # noqa: E402
 from training import checkpoints  # noqa: E402
@@ -53,9 +56,15 @@ from training.policy import load_policy, save_policy, tokenizer_of  # noqa: E402
 from training.trainer import WarmupLinearDecay  # noqa: E402
 
 
-def run_rl(config: str, seed: int, out: Path, sets: list[str]) -> tuple[Path, float, float]:
-    """The RL arm: one `rollforge run`; returns its run folder, W and the whole run's seconds."""
+def run_rl(config: str, seed: int, out: Path, sets: list[str],
+           start: Path | None = None) -> tuple[Path, float, float]:
+    """The RL arm: one `rollforge run` (from the v0 in run folder `start` if given: the flow
+    reuses a v0 it finds); returns its run folder, W and the whole run's seconds."""
     run_id = f"rl-s{seed}"
+    if start is not None:
+        v0 = checkpoints.checkpoint_dir(str(out / run_id), 0)
+        v0.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(checkpoints.checkpoint_dir(str(start), 0), v0)
     cmd = [sys.executable, "-m", "flows.cli", "run", "--config", config, "--set", f"seed={seed}",
            "--set", f"run_id={run_id}", "--set", f"out_dir={out}"]
     for s in sets:
@@ -129,6 +138,16 @@ def evaluate_version(cfg, run_dir: Path, version: int) -> dict:
     return evaluate.fn(c, version)
 
 
+def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:
+    """Pass rates on the verification-only families' *training-split* tasks: the ones the RL
+    arm was rewarded on (never shown a solution), and that no reference exists to imitate."""
+    from flows.iteration import pass_rates_on
+
+    c = cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
+    tasks = [t for t in task_pool(cfg.tasks) if t.split == "train" and FAMILIES[t.family].verify_only]
+    return pass_rates_on(c, version, tasks, "trained") if tasks else {}
+
+
 def split_rates(ev: dict, families: list[str]) -> dict:
     """Pass rates of the verification-only families and of the rest, weighted by task count
     (the end-of-run summary's `group_rate`)."""
@@ -139,6 +158,20 @@ def split_rates(ev: dict, families: list[str]) -> dict:
             out[f"{group}/{mode}"] = group_rate(ev, names, mode)
         out[f"{group}/tasks"] = sum(ev.get(f"heldout/{f}/tasks", 0) for f in names)
     return out
+
+
+def trained_mix(rl_dir: Path) -> dict:
+    """What the RL arm trained on: groups drawn and groups with signal (rewards not all equal,
+    the ones GRPO updates on), verification-only against the families with references."""
+    from storage.trajectories import read_trajectories  # noqa: PLC0415
+
+    rows = read_trajectories(str(rl_dir))
+    g = rows.groupby("group_id").agg(family=("family", "first"), lo=("reward", "min"),
+                                     hi=("reward", "max"))
+    g["vo"] = [FAMILIES[f].verify_only for f in g["family"]]
+    g["signal"] = (g["hi"] - g["lo"]) > 1e-9
+    return {"groups": len(g), "vo_groups": int(g["vo"].sum()),
+            "signal": int(g["signal"].sum()), "vo_signal": int((g["vo"] & g["signal"]).sum())}
 
 
 def _pt(x: float) -> str:
@@ -165,6 +198,23 @@ def report(results: list[dict], families: list[str]) -> str:
                          f"   (spread {max(d0) - min(d0):.1f} / {max(d1) - min(d1):.1f})")
     lines.append("\nper family, mean over seeds (points)     tasks   SFT start  ->  RL   |  SFT ctl"
                  "   (greedy / sampled)")
+    vo = [f for f in families if FAMILIES[f].verify_only]
+    if vo and all(r["trained"].get("rl") for r in results):
+        lines.append("\nverification-only families, TRAINING-split tasks (the RL arm was rewarded on"
+                     " these; nothing to imitate)")
+        for mode in ("greedy", "sampled"):
+            for r in results:
+                v = [group_rate(r["trained"][a], vo, mode, "trained") for a in arms]
+                lines.append(f"  {mode:<8} seed {r['seed']} ({r['trained']['rl']['trained/tasks']:>3} tasks)"
+                             f"   {_pt(v[0]):>9} {_pt(v[1]):>6} {_pt(v[2]):>8}"
+                             f"   {100 * (v[1] - v[0]):+7.1f} {100 * (v[1] - v[2]):+7.1f}")
+    lines.append("\nwhat RL trained on (the forgetting guard is the mix: the families with references"
+                 " stay in every iteration's pool, so solved tasks are replayed)")
+    for r in results:
+        m = r["mix"]
+        lines.append(f"  seed {r['seed']}: {m['groups']} groups drawn, {m['vo_groups']} verification-only;"
+                     f" {m['signal']} with signal, {m['vo_signal']} of them verification-only;"
+                     f" rl.kl_coef {r['kl_coef']:g}")
     worst = {}
     for f in families:
         n = results[0]["evals"]["rl"].get(f"heldout/{f}/tasks", 0)
@@ -189,8 +239,13 @@ def report(results: list[dict], families: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default="configs/verify.yaml")
+    ap.add_argument("--config", default="configs/default.yaml")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--own-start", action="store_true",
+                    help="each seed trains its own SFT start instead of sharing the first seed's")
+    ap.add_argument("--start", metavar="RUN_DIR",
+                    help="use this run's v0 as the shared SFT start (it must come from the same "
+                         "policy and SFT settings) instead of training one")
     ap.add_argument("--out", default="/tmp/rollforge-bench-rl")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override for the RL runs (and the control's config), e.g. iterations=4")
@@ -198,18 +253,28 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
-    results = []
+    results, start = [], None
+    if args.start:
+        start = Path(args.start).resolve()
+        if args.own_start or not checkpoints.exists(str(start), 0):
+            raise SystemExit(f"--start {args.start}: no v0 checkpoint there, or --own-start also given")
     for seed in args.seeds:
         shutil.rmtree(out / f"rl-s{seed}", ignore_errors=True)
-        rl_dir, rl_s, run_s = run_rl(args.config, seed, out, args.set)
+        rl_dir, rl_s, run_s = run_rl(args.config, seed, out, args.set, start)
+        if not args.own_start:
+            start = start or rl_dir
         cfg = load_config(str(rl_dir / "config.yaml"))
         ctl_dir, ctl = run_sft_control(rl_dir, cfg, rl_s, out)
         evals = {"sft_start": evaluate_version(cfg, rl_dir, 0),
                  "rl": evaluate_version(cfg, rl_dir, cfg.iterations),
                  "sft_control": evaluate_version(cfg, ctl_dir, 1)}
         split = {a: split_rates(e, cfg.tasks.families) for a, e in evals.items()}
+        trained = {"sft_start": evaluate_trained(cfg, rl_dir, 0),
+                   "rl": evaluate_trained(cfg, rl_dir, cfg.iterations),
+                   "sft_control": evaluate_trained(cfg, ctl_dir, 1)}
         results.append({"seed": seed, "rl_seconds": rl_s, "run_seconds": run_s, "control": ctl,
-                        "evals": evals, "split": split})
+                        "evals": evals, "split": split, "trained": trained, "mix": trained_mix(rl_dir),
+                        "kl_coef": cfg.rl.kl_coef})
         print(f"seed {seed}: RL {cfg.iterations} iterations in {rl_s:.0f}s (whole run {run_s:.0f}s);"
               f" SFT control {ctl['steps']} steps in {ctl['seconds']:.0f}s", flush=True)
         (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
