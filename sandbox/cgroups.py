@@ -232,3 +232,35 @@ class ExecGroup:
                 except OSError:
                     time.sleep(0.005)
         self.dirs.clear()
+
+
+class RecycledGroup:
+    """The groups of one execution after another (a fork server's zygote keeps one): made for
+    the first, recycled for the next ones, since making and removing groups costs more than a
+    short execution."""
+
+    def __init__(self) -> None:
+        self.group: ExecGroup | None = None
+
+    def take(self, memory_mb: int | None, pids: int | None) -> ExecGroup:
+        """The group for the next execution, with these limits; OSError if none can be had."""
+        if self.group is not None:
+            try:
+                self.group.set_limits(memory_mb, pids)
+                return self.group
+            except OSError:
+                self.drop()
+        self.group = ExecGroup(memory_mb, pids)
+        return self.group
+
+    def release(self, reusable: bool) -> None:
+        """After an execution: keep the group for the next one if `reusable` (its processes
+        all killed, its owner still in use) and it can be recycled; else remove it."""
+        if self.group is not None and not (reusable and self.group.recycle()):
+            self.drop()
+
+    def drop(self) -> None:
+        group, self.group = self.group, None
+        if group is not None:
+            group.kill_all()
+            group.remove()

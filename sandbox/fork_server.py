@@ -214,8 +214,8 @@ class ForkServer:
                 raise ZygoteError(f"workspace: {exc}") from None
             if h.memory_cgroup or h.pids_cgroup:
                 try:  # pids + 1: a plain run's interpreter may hold pids + 1 (see _LAUNCHER_PROCS)
-                    group = z.exec_group(limits.memory_mb if h.memory_cgroup else None,
-                                         limits.pids + 1 if h.pids_cgroup else None)
+                    group = z.groups.take(limits.memory_mb if h.memory_cgroup else None,
+                                          limits.pids + 1 if h.pids_cgroup else None)
                 except OSError as exc:
                     raise ZygoteError(f"cannot make the execution's cgroup: {exc}") from None
             z.wait_spawned()
@@ -271,7 +271,7 @@ class ForkServer:
             if not cleaned:
                 z.healthy = False
             if group is not None:
-                z.release_group(emptied)
+                z.groups.release(emptied and z.healthy)
 
     def _remember(self, z: Zygote, plan: Plan, files: Mapping[str, str | bytes]) -> str | None:
         """The script's bytes for the zygote to keep compiled, if it is a registered harness

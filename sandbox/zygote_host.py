@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from sandbox.cgroups import ExecGroup
+from sandbox.cgroups import ExecGroup, RecycledGroup
 from sandbox.process import _LAUNCH, _SANDBOX_ENV
 from sandbox.workspace import remove_tree
 
@@ -67,7 +67,7 @@ class Zygote:
         self.healthy = True
         self.proc: subprocess.Popen | None = None
         self.home: ExecGroup | None = None
-        self.group: ExecGroup | None = None  # its executions' group, recycled between them
+        self.groups = RecycledGroup()  # its executions' cgroups, recycled from one to the next
         self.pid = -1
         self.spawned = False  # its next child is forked and waits for a job
         self.remembered: set[bytes] = set()  # digests of the scripts it keeps compiled
@@ -198,7 +198,9 @@ class Zygote:
             try:
                 for kind in fds_kinds(stdin):
                     os.mkfifo(f"{base}-{kind}", 0o600)
-                _write_new(f"{base}-job", json.dumps(dict(job, stdin=stdin is not None)).encode())
+                with open(os.open(f"{base}-job", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600),
+                          "wb") as fh:  # one write, not json.dump's many
+                    fh.write(json.dumps(dict(job, stdin=stdin is not None)).encode())
                 # Read-write, all three: opening never waits for the other end, and a read
                 # finds no end of file before the child opens its end (it says "no data").
                 for kind in fds_kinds(stdin):
@@ -294,31 +296,6 @@ class Zygote:
         return Outcome(answer, bytes(bufs[fds["out"]]), bytes(bufs[fds["err"]]),
                        state["timed_out"], state["overflow"], state["stopped"])
 
-    # -- the executions' cgroup -----------------------------------------------------------
-    def exec_group(self, memory_mb: int | None, pids: int | None) -> ExecGroup:
-        """The group for its next execution: made for its first, recycled for the next ones
-        (making and removing groups costs more than a short execution). OSError if not."""
-        if self.group is not None:
-            try:
-                self.group.set_limits(memory_mb, pids)
-                return self.group
-            except OSError:
-                self.drop_group()
-        self.group = ExecGroup(memory_mb, pids)
-        return self.group
-
-    def release_group(self, emptied: bool) -> None:
-        """After an execution (its processes killed: `emptied` when none is left): keep the
-        group for the next one if it can be recycled, else remove it."""
-        if self.group is not None and not (emptied and self.healthy and self.group.recycle()):
-            self.drop_group()
-
-    def drop_group(self) -> None:
-        group, self.group = self.group, None
-        if group is not None:
-            group.kill_all()
-            group.remove()
-
     # -- between executions ---------------------------------------------------------------
     def clean(self) -> bool:
         """Empty the workspace and the zygote's /tmp; False if something could not be removed."""
@@ -354,7 +331,7 @@ class Zygote:
                     pass
         if self.home is not None:
             self.home.remove()
-        self.drop_group()
+        self.groups.drop()
         remove_tree(self.spool)
 
 
@@ -369,17 +346,6 @@ def sweep_spools(base: str) -> None:
         if name.startswith(SPOOL_PREFIX) and owner.isdigit() and not os.path.exists(
                 f"/proc/{owner}"):
             remove_tree(os.path.join(base, name))
-
-
-def _write_new(path: str, data: bytes) -> None:
-    """Create `path` (it must not exist) holding `data`, in one write where it fits."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
 
 
 def fds_kinds(stdin: bytes | None) -> tuple[str, ...]:
