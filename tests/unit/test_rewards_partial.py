@@ -133,3 +133,25 @@ def test_wire_keeps_tuples_and_refuses_lying_subclasses():
     for bad in ([1, 2], {"list": 1}, {"set": [{"list": []}]}, {"what": []}):
         with pytest.raises(wire.MalformedValue):
             wire.decode(bad)
+
+
+@pytest.mark.parametrize("body", [
+    "    return undefined_name + x\n",
+    "    import os\n    return x\n",
+    "    list = 3\n    return list + len(str(x))\n",
+    "    def len(v):\n        return 0\n    return len(x) + print\n",
+    "    try:\n        return nope\n    except NameError:\n        return x\n",
+    "    global zz\n    return [y for y in range(x)] + [y]\n",
+])
+def test_the_fast_linter_finds_exactly_what_pyflakes_finds(body):
+    import ast
+
+    from pyflakes.checker import Checker
+
+    from rewards.static_checks import _Checker
+
+    tree = ast.parse("import sys\n\ndef f(x):\n" + body)
+    key = lambda c: [(type(m).__name__, m.lineno, m.message_args) for m in c.messages]  # noqa: E731
+    assert key(_Checker(tree, "s.py")) == key(Checker(tree, "s.py"))
+    if "undefined_name" in body or "import os" in body:
+        assert key(_Checker(tree, "s.py"))  # and it does find something where there is one
