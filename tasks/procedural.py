@@ -92,7 +92,7 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     # The split is a pure function of the task's content, so it never depends on sampling order.
     # Difficulty is left out: the same constants at two levels are the same function, and must
     # never sit on both sides of the split.
-    hs = _task_hash(family.name, params, 0)
+    hs = _task_hash(family.split_as or family.name, params, 0)
     split = "heldout" if int(hs, 16) % 1000 < heldout_fraction * 1000 else "train"
     return Task(task_id=f"proc/{family.name}/{h}", suite="procedural", family=family.name,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,

@@ -34,6 +34,11 @@ class Family:
     # solution, so a warm start never imitates one; only the RL loop (reward from executing the
     # tests) can teach it. `body` stays the checked solution for the suite's own quality tests.
     verify_only: bool = False
+    # A family that asks for another family's programs (verify.py's reworded and renamed ones)
+    # names that family here: a task's train/held-out side is then drawn from that family's name
+    # and the constants, so the same constants sit on the same side in both and nothing trained
+    # on in one is held out in the other.
+    split_as: str | None = None
 
     @property
     def n_args(self) -> int:

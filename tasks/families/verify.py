@@ -15,9 +15,9 @@ from tasks.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
 _SMALL = lambda r, d: r.randint(2, 3 + 2 * d)  # noqa: E731
 
 
-def _vo(name, arg, draw_params, sentence, body, fn, draw_input) -> Family:
+def _vo(name, arg, draw_params, sentence, body, fn, draw_input, split_as=None) -> Family:
     return Family(name, arg, draw_params, sentence, body, fn, draw_input, category="verify",
-                  levels=1, verify_only=True)
+                  levels=1, verify_only=True, split_as=split_as)
 
 
 VERIFY: list[Family] = [
@@ -60,20 +60,20 @@ VERIFY: list[Family] = [
 
 # Reworded: each is one of the basic families' programs, asked for in words the basic families
 # never use ("exceeding" for "greater than", "written k times" for "repeated k times"), with the
-# inputs of that family and a constant drawn from a somewhat wider range (so that held-out tasks
-# are more than one or two). A policy warm-started on the basic families knows every program
+# inputs of that family and, for the filter and repeat ones, a constant drawn from a somewhat
+# wider range (so that held-out tasks are more than one or two; a prefix longer than the longest
+# input would let `return s` pass, so those keep the base range). A policy warm-started on the basic families knows every program
 # these need; what it lacks is the meaning of the new words, and no demonstration shows it. Its
 # samples pick among the programs it knows, so some are right and a group's rewards differ: the
 # signal GRPO learns from, and imitating the references cannot supply.
 _FILTER_K = lambda r, d: {"k": r.randint(0, 9 + 6 * d)}  # noqa: E731
 _REPEAT_K = lambda r, d: {"k": r.randint(2, 4 + 4 * d)}  # noqa: E731
-_PREFIX_K = lambda r, d: {"k": r.randint(1, 3 + 4 * d)}  # noqa: E731
 
 
 def _reword(name: str, like: str, sentence, draw=None) -> Family:
     base = next(f for f in BASIC if f.name == like)
     return _vo(name, base.arg, draw or base.draw_params, sentence, base.body, base.fn,
-               base.draw_input)
+               base.draw_input, split_as=like)
 
 
 REWORDED: list[Family] = [
@@ -90,11 +90,9 @@ REWORDED: list[Family] = [
     _reword("written", "repeat", lambda p: f"Return s written {p['k']} times.", _REPEAT_K),
     _reword("s_times", "repeat", lambda p: f"Return s, {p['k']} times over.", _REPEAT_K),
     _reword("count_of", "count", lambda p: f"Return the count of {p['c']!r} in s."),
-    _reword("first_chars", "prefix", lambda p: f"Return the first {p['k']} chars of s.", _PREFIX_K),
-    _reword("leading", "prefix", lambda p: f"Return the leading {p['k']} characters of s.",
-            _PREFIX_K),
-    _reword("start", "prefix", lambda p: f"Return the start of s, {p['k']} characters at most.",
-            _PREFIX_K),
+    _reword("first_chars", "prefix", lambda p: f"Return the first {p['k']} chars of s."),
+    _reword("leading", "prefix", lambda p: f"Return the leading {p['k']} characters of s."),
+    _reword("start", "prefix", lambda p: f"Return the start of s, {p['k']} characters at most."),
 ]
 
 

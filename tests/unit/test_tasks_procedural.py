@@ -132,3 +132,18 @@ def test_one_function_name_for_every_family_changes_only_the_name():
     assert "f(n - 1)" in fib.reference  # the recursive reference calls the shared name
     with pytest.raises(ValueError, match="function_name='no good'"):
         generate_suite(["add"], [1], 1, function_name="no good")
+
+
+def test_a_mirror_family_puts_the_same_constants_on_the_same_side_as_its_base():
+    """Reworded and renamed families ask for a basic family's programs: a constant held out in
+    one must not be trained on in the other (RL on `plus` with k=37 would lift `add`'s held-out
+    k=37, and SFT on `add` with k=37 would show `plus`'s held-out answer)."""
+    mirrors = [f for f in FAMILIES.values() if f.split_as]
+    assert {f.name for f in mirrors} >= {"plus", "times", "keep", "written", "leading"}
+    for fam in mirrors:
+        side: dict = {}
+        for t in generate_suite([fam.split_as, fam.name], [1, 2], 60):
+            body = t.prompt.splitlines()[1]
+            consts = tuple(sorted(__import__("re").findall(r"-?\d+|'\w'", body)))
+            side.setdefault(consts, set()).add(t.split)
+        assert all(len(s) == 1 for s in side.values()), fam.name
