@@ -196,25 +196,26 @@ def report(results: list[dict], families: list[str]) -> str:
             lines.append(f"  {group:<12} mean over {len(results)} seeds{'':>22}"
                          f"{sum(d0) / len(d0):+7.1f} {sum(d1) / len(d1):+7.1f}"
                          f"   (spread {max(d0) - min(d0):.1f} / {max(d1) - min(d1):.1f})")
-    lines.append("\nper family, mean over seeds (points)     tasks   SFT start  ->  RL   |  SFT ctl"
-                 "   (greedy / sampled)")
     vo = [f for f in families if FAMILIES[f].verify_only]
     if vo and all(r["trained"].get("rl") for r in results):
         lines.append("\nverification-only families, TRAINING-split tasks (the RL arm was rewarded on"
                      " these; nothing to imitate)")
+        lines.append(f"  {'':<33}SFT start     RL  SFT ctl   RL-start  RL-ctl")
         for mode in ("greedy", "sampled"):
             for r in results:
                 v = [group_rate(r["trained"][a], vo, mode, "trained") for a in arms]
                 lines.append(f"  {mode:<8} seed {r['seed']} ({r['trained']['rl']['trained/tasks']:>3} tasks)"
                              f"   {_pt(v[0]):>9} {_pt(v[1]):>6} {_pt(v[2]):>8}"
                              f"   {100 * (v[1] - v[0]):+7.1f} {100 * (v[1] - v[2]):+7.1f}")
-    lines.append("\nwhat RL trained on (the forgetting guard is the mix: the families with references"
-                 " stay in every iteration's pool, so solved tasks are replayed)")
+    lines.append("\nwhat RL trained on (forgetting guards: the families with references stay in every"
+                 " iteration's pool, family-balanced, and rl.kl_coef pulls towards the SFT start)")
     for r in results:
         m = r["mix"]
         lines.append(f"  seed {r['seed']}: {m['groups']} groups drawn, {m['vo_groups']} verification-only;"
                      f" {m['signal']} with signal, {m['vo_signal']} of them verification-only;"
                      f" rl.kl_coef {r['kl_coef']:g}")
+    lines.append("\nper family, mean over seeds (points)     tasks   SFT start  ->  RL   |  SFT ctl"
+                 "   (greedy / sampled)")
     worst = {}
     for f in families:
         n = results[0]["evals"]["rl"].get(f"heldout/{f}/tasks", 0)
@@ -258,6 +259,12 @@ def main(argv: list[str] | None = None) -> int:
         start = Path(args.start).resolve()
         if args.own_start or not checkpoints.exists(str(start), 0):
             raise SystemExit(f"--start {args.start}: no v0 checkpoint there, or --own-start also given")
+        # a copy first: the start may be an earlier bench's rl-s<seed>, which this one replaces
+        shared = out / "sft-start"
+        shutil.rmtree(shared, ignore_errors=True)
+        (shared / "checkpoints").mkdir(parents=True)
+        shutil.copytree(checkpoints.checkpoint_dir(str(start), 0), checkpoints.checkpoint_dir(str(shared), 0))
+        start = shared
     for seed in args.seeds:
         shutil.rmtree(out / f"rl-s{seed}", ignore_errors=True)
         rl_dir, rl_s, run_s = run_rl(args.config, seed, out, args.set, start)

@@ -48,7 +48,7 @@ _GRADER_STRINGS = ("humaneval", ".jsonl", "human_eval", "harness", "calls.json",
 class _Checker(Checker):
     """pyflakes' checker, less its per-file cost of binding ~160 builtins one by one: a builtin
     bound into the fresh module scope (no node, nothing there yet) is a plain dict store, which
-    is all `addBinding` ends up doing for it. Same findings (tests/unit/test_static_checks.py)."""
+    is all `addBinding` ends up doing for it. Same findings (tests/unit/test_rewards_partial.py)."""
 
     def addBinding(self, node, value):
         if node is None and type(value) is Builtin and len(self.scopeStack) == 1:

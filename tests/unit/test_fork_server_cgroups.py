@@ -33,15 +33,23 @@ def test_executions_on_one_zygote_reuse_its_group_instead_of_making_one_each(cgr
     assert len(seen) == 1, seen
 
 
+def _group(sb) -> tuple:
+    r = run_py(sb, "print(open('/proc/self/cgroup').read())\n", Limits(timeout_s=10))
+    return tuple(sorted(ln for ln in r.stdout.splitlines() if ":memory:" in ln or ":pids:" in ln))
+
+
 def test_a_recycled_group_gives_each_run_its_own_memory_limit_and_oom_verdict(cgroup_fast):
     roomy, tight = Limits(timeout_s=20, memory_mb=512), Limits(timeout_s=20, memory_mb=128)
     first = run_py(cgroup_fast, _BIG, roomy)
     assert first.status == "ok" and first.stdout == "done\n", first
+    before = _group(cgroup_fast)
     oom = run_py(cgroup_fast, _BIG, tight)
     assert oom.status == "memory_exceeded", oom
-    # The OOM kill above stays in the group's counter; this run's verdict must not inherit it.
+    # The OOM kill above stays in the group's counter; this run's verdict must not inherit it
+    # (and it is the same group: the test is about a recycled one, not a fresh one).
     after = run_py(cgroup_fast, "print('small')\n", tight)
     assert after.status == "ok" and after.stdout == "small\n", after
+    assert _group(cgroup_fast) == before
     again = run_py(cgroup_fast, _BIG, roomy)
     assert again.status == "ok" and again.stdout == "done\n", again
 
