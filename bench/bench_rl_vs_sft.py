@@ -47,6 +47,7 @@ from flows.config import load_config  # noqa: E402
 from flows.report import group_rate  # noqa: E402
 from flows.stages import sft_tasks, task_pool  # noqa: E402
 from storage.registry import read_metrics  # noqa: E402
+from tasks.curriculum import informative_groups  # noqa: E402
 from tasks.procedural import FAMILIES  # noqa: E402
 from training import checkpoints  # noqa: E402
 from training import engine as eng  # noqa: E402
@@ -131,11 +132,15 @@ class _Elastic(WarmupLinearDecay):
         return super().get_lr()
 
 
+def _at(cfg, run_dir: Path):
+    """`cfg` pointed at `run_dir` (the run whose checkpoints are evaluated)."""
+    return cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
+
+
 def evaluate_version(cfg, run_dir: Path, version: int) -> dict:
     from flows.iteration import evaluate
 
-    c = cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
-    return evaluate.fn(c, version)
+    return evaluate.fn(_at(cfg, run_dir), version)
 
 
 def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:
@@ -143,9 +148,8 @@ def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:
     arm was rewarded on (never shown a solution), and that no reference exists to imitate."""
     from flows.iteration import pass_rates_on
 
-    c = cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
     tasks = [t for t in task_pool(cfg.tasks) if t.split == "train" and FAMILIES[t.family].verify_only]
-    return pass_rates_on(c, version, tasks, "trained") if tasks else {}
+    return pass_rates_on(_at(cfg, run_dir), version, tasks, "trained") if tasks else {}
 
 
 def split_rates(ev: dict, families: list[str]) -> dict:
@@ -166,10 +170,9 @@ def trained_mix(rl_dir: Path) -> dict:
     from storage.trajectories import read_trajectories  # noqa: PLC0415
 
     rows = read_trajectories(str(rl_dir))
-    g = rows.groupby("group_id").agg(family=("family", "first"), lo=("reward", "min"),
-                                     hi=("reward", "max"))
+    rows["signal"] = informative_groups(rows["reward"].to_numpy(), rows["group_id"].to_numpy())
+    g = rows.groupby("group_id").agg(family=("family", "first"), signal=("signal", "first"))
     g["vo"] = [FAMILIES[f].verify_only for f in g["family"]]
-    g["signal"] = (g["hi"] - g["lo"]) > 1e-9
     return {"groups": len(g), "vo_groups": int(g["vo"].sum()),
             "signal": int(g["signal"].sum()), "vo_signal": int((g["vo"] & g["signal"]).sum())}
 

@@ -62,18 +62,20 @@ VERIFY: list[Family] = [
 # never use ("exceeding" for "greater than", "written k times" for "repeated k times"), with the
 # inputs of that family and, for the filter and repeat ones, a constant drawn from a somewhat
 # wider range (so that held-out tasks are more than one or two; a prefix longer than the longest
-# input would let `return s` pass, so those keep the base range). A policy warm-started on the basic families knows every program
-# these need; what it lacks is the meaning of the new words, and no demonstration shows it. Its
-# samples pick among the programs it knows, so some are right and a group's rewards differ: the
-# signal GRPO learns from, and imitating the references cannot supply.
+# input would let `return s` pass, so those keep the base range). A policy warm-started on the
+# basic families knows every program these need; what it lacks is the meaning of the new words,
+# and no demonstration shows it. Its samples pick among the programs it knows, so some are right
+# and a group's rewards differ: the signal GRPO learns from, and imitating the references cannot
+# supply.
 _FILTER_K = lambda r, d: {"k": r.randint(0, 9 + 6 * d)}  # noqa: E731
 _REPEAT_K = lambda r, d: {"k": r.randint(2, 4 + 4 * d)}  # noqa: E731
 
 
-def _reword(name: str, like: str, sentence, draw=None) -> Family:
+def _reword(name: str, like: str, sentence=None, draw=None) -> Family:
+    """Basic family `like`'s program under `name`, asked for by `sentence` (default: its own)."""
     base = next(f for f in BASIC if f.name == like)
-    return _vo(name, base.arg, draw or base.draw_params, sentence, base.body, base.fn,
-               base.draw_input, split_as=like)
+    return _vo(name, base.arg, draw or base.draw_params, sentence or base.sentence, base.body,
+               base.fn, base.draw_input, split_as=like)
 
 
 REWORDED: list[Family] = [
@@ -100,11 +102,6 @@ REWORDED: list[Family] = [
 # A policy that learned "name -> program" from the references (what a small model imitating them
 # does) stumbles; one that reads the docstring does not. Only the reward can teach the latter
 # here: there is no demonstration under these names.
-def _rename(name: str, like: str) -> Family:
-    base = next(f for f in BASIC if f.name == like)
-    return _reword(name, like, base.sentence)
-
-
-RENAMED: list[Family] = [_rename("plus", "add"), _rename("times", "mul"),
-                         _rename("keep", "filter_gt"), _rename("dup", "repeat"),
-                         _rename("head", "prefix"), _rename("total", "sum_plus")]
+RENAMED: list[Family] = [_reword("plus", "add"), _reword("times", "mul"),
+                         _reword("keep", "filter_gt"), _reword("dup", "repeat"),
+                         _reword("head", "prefix"), _reword("total", "sum_plus")]

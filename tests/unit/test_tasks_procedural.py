@@ -144,6 +144,6 @@ def test_a_mirror_family_puts_the_same_constants_on_the_same_side_as_its_base():
         side: dict = {}
         for t in generate_suite([fam.split_as, fam.name], [1, 2], 60):
             body = t.prompt.splitlines()[1]
-            consts = tuple(sorted(__import__("re").findall(r"-?\d+|'\w'", body)))
+            consts = tuple(sorted(re.findall(r"-?\d+|'\w'", body)))
             side.setdefault(consts, set()).add(t.split)
         assert all(len(s) == 1 for s in side.values()), fam.name
