@@ -85,6 +85,46 @@ def _candidate_calls(node: ast.AST, names: frozenset[str]) -> list[ast.Call]:
     return [n for n in ast.walk(node) if _is_candidate_call(n, names)]
 
 
+_SCOPES = (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)
+_Where = tuple[ast.AST, "ast.AST | None", "str | None", "int | None"]
+
+
+def _tree(root: ast.AST) -> list[_Where]:
+    """Every node under `root` in `ast.walk`'s order, each with where it hangs: (node, parent,
+    field, index in the field's list or None)."""
+    out: list[_Where] = [(root, None, None, None)]
+    for node, _, _, _ in out:  # (the list grows as it is read: breadth first)
+        for fld in node._fields:
+            v = getattr(node, fld, None)
+            if isinstance(v, ast.AST):
+                out.append((v, node, fld, None))
+            elif isinstance(v, list):
+                out.extend((x, node, fld, i) for i, x in enumerate(v) if isinstance(x, ast.AST))
+    return out
+
+
+def _located(new: ast.AST, old: ast.AST) -> ast.AST:
+    """`new` at `old`'s place in the source, as `ast.fix_missing_locations` would put a node
+    the rewrite made under `old` (so the whole tree needs no second pass)."""
+    for attr in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        setattr(new, attr, getattr(old, attr))
+    return new
+
+
+def _statements(node: ast.AST):
+    """`node` and every statement nested in it (function and class definitions are statements,
+    never parts of an expression)."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        for fld in ("body", "orelse", "finalbody", "handlers", "cases"):
+            v = getattr(n, fld, None)
+            if isinstance(v, list):
+                todo.extend(x for x in v if isinstance(x, (ast.stmt, ast.excepthandler,
+                                                           ast.match_case)))
+
+
 class _Rewriter(ast.NodeTransformer):
     """Rewrites check's body for planning; collects each assert's judged expression."""
 
@@ -96,42 +136,61 @@ class _Rewriter(ast.NodeTransformer):
         for a in call.args + [k.value for k in call.keywords]:
             if _candidate_calls(a, self.names):
                 raise Unplannable("candidate call nested in a candidate call's arguments")
-        return ast.Call(ast.Name("__rf_args", ast.Load()), call.args, call.keywords)
+        return _located(ast.Call(_located(ast.Name("__rf_args", ast.Load()), call), call.args,
+                                 call.keywords), call)
 
     def visit_Assert(self, node: ast.Assert) -> ast.AST:
+        # One breadth-first pass over the condition (ast.walk's order, which numbers the calls)
+        # tells, for each node, whether it lies in a candidate call's arguments.
         source = ast.unparse(node)
-        calls = _candidate_calls(node.test, self.names)
-        for n in ast.walk(node.test):
-            if isinstance(n, (ast.Lambda, ast.GeneratorExp, ast.ListComp, ast.SetComp,
-                              ast.DictComp)) and _candidate_calls(n, self.names):
+        names = self.names
+        nodes = _tree(node.test)
+        below: dict[int, bool] = {}  # id(node) -> inside a candidate call
+        calls: list[tuple[ast.Call, ast.AST | None, str | None, int | None]] = []
+        for n, parent, fld, idx in nodes:
+            if parent is None:
+                below[id(n)] = False
+            else:
+                below[id(n)] = below[id(parent)] or _is_candidate_call(parent, names)
+            if _is_candidate_call(n, names):
+                calls.append((n, parent, fld, idx))
+            elif isinstance(n, _SCOPES) and _candidate_calls(n, names):
                 raise Unplannable("candidate called inside a comprehension or lambda")
-        phase1 = [self._args_call(c) for c in calls]
-        index = {id(c): j for j, c in enumerate(calls)}
-
-        class _Sub(ast.NodeTransformer):
-            def visit_Call(inner, n):  # noqa: N805
-                if id(n) in index:
-                    return ast.copy_location(ast.Name(f"__rf_v{index[id(n)]}", ast.Load()), n)
-                return inner.generic_visit(n)
-
-        judged = ast.fix_missing_locations(ast.Expression(_Sub().visit(node.test)))
-        if any(isinstance(n, ast.Name) and n.id in self.names for n in ast.walk(judged)):
+        if any(below[id(c)] for c, _, _, _ in calls):
+            raise Unplannable("candidate call nested in a candidate call's arguments")
+        phase1 = [_located(ast.Call(_located(ast.Name("__rf_args", ast.Load()), node), c.args,
+                                    c.keywords), node) for c, _, _, _ in calls]
+        body = node.test
+        for j, (c, parent, fld, idx) in enumerate(calls):  # each by the value it will return
+            v = ast.copy_location(ast.Name(f"__rf_v{j}", ast.Load()), c)
+            if parent is None:
+                body = v
+            elif idx is None:
+                setattr(parent, fld, v)
+            else:
+                getattr(parent, fld)[idx] = v
+        read = {n.id for n, _, _, _ in nodes if type(n) is ast.Name and not below[id(n)]
+                and not _is_candidate_call(n, names)}
+        read.update(f"__rf_v{j}" for j in range(len(calls)))
+        if read & names:
             raise Unplannable("candidate used other than as a call in an assert")
-        code = compile(judged, "<humaneval assert>", "eval")
-        names = frozenset(n.id for n in ast.walk(judged.body) if isinstance(n, ast.Name))
+        code = compile(ast.Expression(body), "<humaneval assert>", "eval")
         aid = len(self.asserts)
-        self.asserts.append((source, code, names, len(calls)))
-        call = ast.Call(ast.Name("__rf_defer", ast.Load()),
-                        [ast.Constant(aid), ast.Call(ast.Name("locals", ast.Load()), [], []),
-                         *phase1], [])
-        return ast.copy_location(ast.Expr(call), node)
+        self.asserts.append((source, code, frozenset(read), len(calls)))
+        call = ast.Call(_located(ast.Name("__rf_defer", ast.Load()), node),
+                        [_located(ast.Constant(aid), node),
+                         _located(ast.Call(_located(ast.Name("locals", ast.Load()), node), [],
+                                           []), node), *phase1], [])
+        return _located(ast.Expr(_located(call, node)), node)
 
     def visit_Assign(self, node: ast.Assign) -> ast.AST:
         if _is_candidate_call(node.value, self.names):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
                 raise Unplannable("candidate result unpacked or assigned to a non-name")
-            node.value = ast.Call(ast.Name("__rf_pending", ast.Load()),
-                                  [self._args_call(node.value)], [])
+            args = self._args_call(node.value)
+            node.value = _located(ast.Call(_located(ast.Name("__rf_pending", ast.Load()), node),
+                                           [_located(args, node)], []), node)
+            _located(args.func, node)
             return node
         return self.generic_visit(node)
 
@@ -168,10 +227,9 @@ def plan_check(prompt: str, test_source: str, entry_point: str) -> Plan:
     # such calls are candidate calls, so the package's semantics are kept.
     rewriter = _Rewriter(frozenset({check.args.args[0].arg, entry_point}))
     check.body = [rewriter.visit(s) for s in check.body]
-    for n in ast.walk(check):
+    for n in _statements(check):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not check:
             raise Unplannable("check defines nested functions or classes")
-    ast.fix_missing_locations(tree)
 
     seed = int.from_bytes(hashlib.sha256(test_source.encode()).digest()[:4], "big")
     ns: dict[str, Any] = {"__builtins__": dict(vars(builtins), __import__=_seeded_import(seed)),
