@@ -55,6 +55,11 @@ class CurriculumConfig(BaseModel):
     balance_families: bool = Field(True, description="each family's tasks share one family "
                                    "weight (the mean of theirs), so a family with many tasks is "
                                    "not drawn more often for that alone; False: per task")
+    family_floor: float = Field(0.15, ge=0, le=1, description="with balance_families: least "
+                                "weight of a family (a family whose groups all look solved or "
+                                "all failed weighs about `floor`, one sometimes solved about 1), "
+                                "so a family that failed its first draws is still tried now and "
+                                "then as the policy moves on, instead of never again")
 
 
 def _check_columns(rows: pd.DataFrame, needed: Iterable[str], what: str) -> None:
@@ -223,6 +228,9 @@ def task_weights(pool: Sequence[Task], ledger: DifficultyLedger,
         fams = np.array([t.family for t in pool])
         _, inverse, counts = np.unique(fams, return_inverse=True, return_counts=True)
         w = w / counts[inverse]
+        family_w = np.bincount(inverse, weights=w)  # the mean of its tasks' weights
+        lift = np.maximum(family_w, cfg.family_floor) / family_w
+        w = w * lift[inverse]
     return w
 
 

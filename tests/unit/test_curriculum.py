@@ -115,3 +115,29 @@ def test_families_are_drawn_by_their_signal_not_by_how_many_tasks_they_have():
     for f in n:
         m = np.array([t.family == f for t in pool])
         assert on[m] * n[f] == pytest.approx(off[m])
+
+
+def test_a_family_whose_first_groups_all_failed_is_still_drawn_now_and_then():
+    # `plus` drew two tasks at iteration 0 and solved none; `add` is sometimes solved at
+    # iterations 0..5. Per task, plus's level rate is exactly 0 for good (its tasks sit at the
+    # floor, ~50x below add's): one unlucky iteration would decide the whole run. The family
+    # floor keeps it in play at a fraction of a live family's weight.
+    pool = [t for t in generate_suite(["add", "plus"], [1], 60) if t.split == "train"]
+    rows = pd.concat([_rows(t, 0, [0.0] * 8) for t in pool if t.family == "plus"][:2]
+                     + [_rows(t, i, [1.0, 0.0] * 4)
+                        for i, t in enumerate(t for t in pool if t.family == "add")])
+    is_plus = np.array([t.family == "plus" for t in pool])
+
+    def share(family_floor):
+        cfg = CurriculumConfig(group_size=8, family_floor=family_floor)
+        w = task_weights(pool, DifficultyLedger.from_trajectories(rows, cfg), cfg)
+        return w[is_plus].sum() / w.sum()
+
+    assert share(0.0) < 0.03  # starved
+    assert 0.1 < share(0.15) < 0.2  # tried about one draw in eight, against add's seven
+    # a family sometimes solved is above the floor: the floor changes nothing for it
+    cfg = CurriculumConfig(group_size=8)
+    led = DifficultyLedger.from_trajectories(rows, cfg)
+    w_on, w_off = (task_weights(pool, led, cfg.model_copy(update={"family_floor": f}))
+                   for f in (0.15, 0.0))
+    assert np.allclose(w_on[~is_plus], w_off[~is_plus])
