@@ -104,4 +104,4 @@ REWORDED: list[Family] = [
 # here: there is no demonstration under these names.
 RENAMED: list[Family] = [_reword("plus", "add"), _reword("times", "mul"),
                          _reword("keep", "filter_gt"), _reword("dup", "repeat"),
-                         _reword("head", "prefix"), _reword("total", "sum_plus")]
+                         _reword("head", "prefix"), _reword("sum_add", "sum_plus")]
