@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.humaneval_tests import run_humaneval_batch
+from rewards.humaneval_tests import run_humaneval_batch, warm_sandbox
 from rewards.io_tests import TestReport
 from rewards.score import score
 from rewards.static_checks import check_static
@@ -47,10 +47,13 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
     `batch_size` each, or by default in batches that shrink towards the end (`batches`), so
     that the workers finish together whatever the samples cost; 1 gives every sample its own
     sandbox. A sample whose batch hit an infrastructure failure is retried on its own. The
-    static checks run here while the workers wait on their sandboxes.
+    sandboxes start in the background at once (`warm_sandbox`), and the static checks run here
+    while the workers wait on their sandboxes.
     """
     he = [i for i, (t, _) in enumerate(samples) if t.verifier == "humaneval"]
     jobs = batches(he, workers, batch_size)
+    if he:  # the sandboxes start while the first batches are planned
+        warm_sandbox(sandbox, min(max(1, workers), len(jobs)))
     jobs += [[i] for i, (t, _) in enumerate(samples) if t.verifier != "humaneval"]
     out: list[SampleResult | None] = [None] * len(samples)
     reports: dict[int, TestReport] = {}

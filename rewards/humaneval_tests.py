@@ -65,12 +65,23 @@ def run_humaneval_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, lim
         run_limits = replace(limits, timeout_s=limits.timeout_s * len(batch) + 2.0,
                              output_bytes=limits.output_bytes * len(batch))
         res = sandbox.run({"harness.py": HARNESS_SOURCE, "batch.json": json.dumps(batch)},
-                          ["python", "-S", "harness.py", str(per_test_timeout_s),
-                           str(limits.timeout_s)], run_limits)
+                          _command(per_test_timeout_s, limits.timeout_s), run_limits)
         per_sample = _split(res, len(batch))
         for j, k in enumerate(index):
             reports[k] = _report(plans[k], per_sample[j], res)
     return reports  # type: ignore[return-value]
+
+
+def _command(per_test_timeout_s: float, timeout_s: float) -> list[str]:
+    return ["python", "-S", "harness.py", str(per_test_timeout_s), str(timeout_s)]
+
+
+def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
+    """Let `sandbox` start what `runs` concurrent batches will run in (the process backend's
+    zygotes) in the background, while the caller plans them; a no-op for other backends."""
+    warm = getattr(getattr(sandbox, "fork_server", None), "warm", None)
+    if warm is not None:
+        warm({"harness.py": HARNESS_SOURCE}, _command(1.0, 1.0), runs)
 
 
 def _names(plan: Plan) -> tuple[str, ...]:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from sandbox.base import ExecResult, Limits, verdict
 from sandbox.process import _give_to
 from sandbox.workspace import check_relpath, collect_files, workspace_base, write_files
-from sandbox.zygote_host import Zygote, ZygoteError, sweep_spools
+from sandbox.zygote_host import START_S, Zygote, ZygoteError, sweep_spools
 
 if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
@@ -131,6 +131,8 @@ class ForkServer:
         self._idle: dict[tuple, list[Zygote]] = {}
         self._all: set[Zygote] = set()
         self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # a zygote being warmed is given back
+        self._warming: dict[tuple, int] = {}  # key -> zygotes starting in warm()
         self._ids = itertools.count(1)
         self._swept: set[str] = set()  # workspace bases cleared of dead processes' spools
         self._owner = os.getpid()  # a forked copy of this process must not use its zygotes
@@ -151,6 +153,9 @@ class ForkServer:
         while True:
             with self._lock:
                 idle = self._idle.get(key)
+                while not idle and self._warming.get(key):
+                    self._ready.wait()  # one is starting for us (warm): cheaper than our own
+                    idle = self._idle.get(key)
                 if not idle:
                     break
                 z = idle.pop()
@@ -173,9 +178,51 @@ class ForkServer:
         with self._lock:
             if z.healthy and z in self._all:
                 self._idle.setdefault((z.flags, z.base), []).append(z)
+                self._ready.notify_all()
                 return
             self._all.discard(z)
         z.kill()
+
+    def warm(self, files: Mapping[str, str | bytes], argv: Sequence[str], count: int) -> None:
+        """Start, in the background, up to `count` zygotes for the executions of `argv` (as
+        `run` would take them) that are not started yet, so that their start overlaps the
+        caller's own preparations. Returns at once; a run that needs one meanwhile waits for it
+        instead of starting another. Nothing happens for a command that runs the plain way."""
+        plan = self.plan(files, self.sbx._command(argv))
+        if plan is None or os.getpid() != self._owner:
+            return
+        try:
+            key = (plan.flags, workspace_base())
+        except OSError:
+            return
+        with self._lock:
+            have = len(self._idle.get(key, ())) + self._warming.get(key, 0)
+            todo = max(0, count - have)
+            self._warming[key] = self._warming.get(key, 0) + todo
+        for _ in range(todo):
+            threading.Thread(target=self._warm_one, args=(key,), daemon=True,
+                             name="rollforge-zygote-warm").start()
+
+    def _warm_one(self, key: tuple) -> None:
+        z = None
+        try:
+            with self._lock:
+                self.started += 1
+                sweep = key[1] not in self._swept
+                self._swept.add(key[1])
+            if sweep:
+                sweep_spools(key[1])
+            z = Zygote(self.sbx, key[0], key[1], self.preload)
+            with self._lock:
+                self._all.add(z)
+        except (OSError, ZygoteError) as exc:
+            log.info("fork server: a zygote started ahead of its run failed: %s", exc)
+        finally:
+            with self._lock:
+                self._warming[key] -= 1
+                self._ready.notify_all()
+        if z is not None:
+            self._give(z)
 
     def run(self, files: Mapping[str, str | bytes], plan: Plan, limits: Limits,
             stdin: bytes | None, collect: Sequence[str]) -> ExecResult:
@@ -296,6 +343,8 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop every zygote. A later run starts new ones (and this can be called again)."""
+        with self._lock:  # zygotes still starting (warm) are stopped with the others
+            self._ready.wait_for(lambda: not any(self._warming.values()), START_S)
         self._finalizer()
         with self._lock:
             self._idle, self._all = {}, set()

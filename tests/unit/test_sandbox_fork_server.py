@@ -281,3 +281,35 @@ def test_a_program_run_again_with_the_same_files_is_not_kept_by_the_zygote(fast)
         assert run_py(fast, source).status == "ok"
     digest = hashlib.sha256(source.encode()).digest()
     assert not any(digest in z.remembered for z in fast.fork_server._all)
+
+
+def test_warmed_zygotes_serve_the_next_runs_and_close_stops_them():
+    """warm() starts zygotes in the background; concurrent runs take them (none starts its
+    own), and close() stops them with the rest."""
+    import threading
+
+    sbx = ProcessSandbox()
+    if sbx.fork_server is None:
+        pytest.skip(f"no fork server here: {fork_server_unavailable(sbx.host)}")
+    fs = sbx.fork_server
+    try:
+        files = {"main.py": "print(6 * 7)"}
+        fs.warm(files, ["python", "main.py"], 2)
+        fs.warm(files, ["python", "main.py"], 2)  # already starting: nothing more
+        fs.warm(files, ["python", "-m", "json.tool"], 2)  # the plain way: nothing
+        with fs._lock:  # until both have started, with no run asking for them
+            fs._ready.wait_for(lambda: not any(fs._warming.values()), 60)
+        assert fs.started == 2 and len(fs.zygote_pids()) == 2 and fs.served == 0
+        got = []
+        runs = [threading.Thread(target=lambda: got.append(run_py(sbx, "print(6 * 7)")))
+                for _ in range(2)]
+        for t in runs:
+            t.start()
+        for t in runs:
+            t.join()
+        assert [(r.status, r.stdout) for r in got] == [("ok", "42\n")] * 2
+        assert fs.started == 2 and fs.served == 2
+        assert len(fs.zygote_pids()) == 2
+    finally:
+        sbx.close()
+    assert fs.zygote_pids() == []
