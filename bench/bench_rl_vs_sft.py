@@ -233,12 +233,30 @@ def report(results: list[dict], families: list[str]) -> str:
                      f" -> {_pt(cells['rl'][0])}/{_pt(cells['rl'][1])} | {_pt(cells['sft_control'][0])}/"
                      f"{_pt(cells['sft_control'][1])}")
         if not FAMILIES[f].verify_only:
-            worst[f] = min(cells["rl"][i] - cells["sft_start"][i] for i in (0, 1))
+            for i, mode in enumerate(("greedy", "sampled")):
+                worst[(f, mode)] = (cells["rl"][i] - cells["sft_start"][i],
+                                    _se(cells["rl"][i], cells["sft_start"][i], n * len(results)),
+                                    cells["sft_control"][i] - cells["sft_start"][i], n)
     if worst:
-        f = min(worst, key=worst.get)
-        lines.append(f"\nlargest loss on a family with references: {f} {100 * worst[f]:+.1f} points "
-                     "(target: no loss larger than 3)")
+        f, mode = min(worst, key=lambda k: worst[k][0])
+        lines.append(f"\nlargest loss on a family with references: {f} {100 * worst[(f, mode)][0]:+.1f}"
+                     f" points ({mode}; target: no loss larger than 3)")
+        losses = sorted((k for k, v in worst.items() if v[0] < -0.03), key=lambda k: worst[k][0])
+        if losses:
+            lines.append("  every loss above 3 points, with its standard error (binomial over held-out"
+                         " tasks x seeds, the task as the unit) and the SFT control's change on the"
+                         " same tasks:")
+        for f, mode in losses:
+            d, se, ctl, n = worst[(f, mode)]
+            lines.append(f"    {f:<10} {mode:<8} {100 * d:+6.1f} +- {100 * se:4.1f}   control"
+                         f" {100 * ctl:+6.1f}   ({n} tasks x {len(results)} seeds;"
+                         f" {abs(d) / se if se else math.inf:.1f} standard errors)")
     return "\n".join(lines)
+
+
+def _se(p1: float, p0: float, n: int) -> float:
+    """Standard error of p1 - p0, each a pass rate over `n` held-out task evaluations."""
+    return math.sqrt((p1 * (1 - p1) + p0 * (1 - p0)) / n) if n else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,7 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/rollforge-bench-rl")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override for the RL runs (and the control's config), e.g. iterations=4")
+    ap.add_argument("--report", nargs="+", metavar="RESULTS_JSON",
+                    help="print the report of earlier runs' results.json files (seeds merged,"
+                         " e.g. two runs of two seeds each) and run nothing")
     args = ap.parse_args(argv)
+    if args.report:
+        merged = [r for p in args.report for r in json.loads(Path(p).read_text())]
+        print(report(sorted(merged, key=lambda r: r["seed"]), load_config(args.config).tasks.families))
+        return 0
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     t_all = time.perf_counter()
