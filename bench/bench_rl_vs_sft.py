@@ -3,7 +3,9 @@
     .venv/bin/python bench/bench_rl_vs_sft.py [--config configs/default.yaml] [--seeds 0 1]
                                               [--own-start | --start RUN_DIR]
                                               [--out /tmp/rollforge-bench-rl]
-                                              [--set KEY=VALUE ...]
+                                              [--set KEY=VALUE ...] [--eval-samples 16]
+    .venv/bin/python bench/bench_rl_vs_sft.py --out DIR --seeds 0 1 --reevaluate [--eval-samples K]
+    .venv/bin/python bench/bench_rl_vs_sft.py --report DIR1/results.json DIR2/results.json
 
 The SFT start (v0) is trained once, by the first seed's run, on the families that ship reference
 solutions; every seed starts both arms from that same checkpoint (`--own-start`: each seed trains
@@ -15,7 +17,9 @@ its own v0, so the spread also covers the warm start). For each seed:
      DeepSpeed engine, batch size and peak learning rate, warm-up then linear decay over the
      steps that fit in W).
   3. The SFT start, the RL policy and the control are evaluated by the same code (the flow's
-     `evaluate` stage: held-out tasks, greedy and `heldout_samples` sampled completions each).
+     `evaluate` stage: held-out tasks, greedy and `--eval-samples` sampled completions each,
+     16 by default: the families with references have 2-28 held-out tasks, and at the run's own
+     4 samples a 2-task family moves 12 points when 1 of its 8 samples per seed changes).
 
 It prints, per seed and as the mean with the spread (max - min) over seeds, the held-out pass
 rate on the verification-only families and on the rest, then per family. Target: on the
@@ -137,9 +141,13 @@ def _at(cfg, run_dir: Path):
     return cfg.model_copy(update={"run_id": run_dir.name, "out_dir": str(run_dir.parent)})
 
 
-def evaluate_version(cfg, run_dir: Path, version: int) -> dict:
+def evaluate_version(cfg, run_dir: Path, version: int, samples: int | None = None) -> dict:
+    """The flow's `evaluate` stage on `run_dir`'s `version`; `samples`: sampled completions per
+    held-out task instead of the run's `tasks.heldout_samples`."""
     from flows.iteration import evaluate
 
+    if samples:
+        cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"heldout_samples": samples})})
     return evaluate.fn(_at(cfg, run_dir), version)
 
 
@@ -184,6 +192,8 @@ def _pt(x: float) -> str:
 def report(results: list[dict], families: list[str]) -> str:
     arms = ("sft_start", "rl", "sft_control")
     lines = []
+    k = sorted({r.get("eval_samples", 4) for r in results})
+    lines.append(f"held-out evaluations: greedy, and {'/'.join(map(str, k))} sampled completions per task")
     for mode in ("greedy", "sampled"):
         lines.append(f"\nheld-out pass rate, {mode} (points)   "
                      + "  ".join(f"{'SFT start':>9} {'RL':>6} {'SFT ctl':>8}" for _ in [0])
@@ -254,6 +264,39 @@ def report(results: list[dict], families: list[str]) -> str:
     return "\n".join(lines)
 
 
+def evaluate_arms(cfg, rl_dir: Path, ctl_dir: Path, samples: int) -> dict:
+    return {"sft_start": evaluate_version(cfg, rl_dir, 0, samples),
+            "rl": evaluate_version(cfg, rl_dir, cfg.iterations, samples),
+            "sft_control": evaluate_version(cfg, ctl_dir, 1, samples)}
+
+
+def reevaluate(out: Path, seeds: list[int], samples: int, config: str) -> int:
+    """The held-out evaluations of stored arms again, with `samples` per task; results.json is
+    rewritten in place (atomically), the report printed."""
+    path = out / "results.json"
+    if not path.is_file():
+        raise SystemExit(f"--reevaluate: no {path}; run the bench into --out first")
+    results = json.loads(path.read_text())
+    missing = sorted(set(seeds) - {r["seed"] for r in results})
+    if missing:
+        raise SystemExit(f"--reevaluate: seeds {missing} are not in {path}")
+    cfg = None
+    for r in results:
+        if r["seed"] not in seeds:
+            continue
+        rl_dir, ctl_dir = out / f"rl-s{r['seed']}", out / f"sft-rl-s{r['seed']}"
+        cfg = load_config(str(rl_dir / "config.yaml"))
+        r["evals"] = evaluate_arms(cfg, rl_dir, ctl_dir, samples)
+        r["split"] = {a: split_rates(e, cfg.tasks.families) for a, e in r["evals"].items()}
+        r["eval_samples"] = samples
+        print(f"seed {r['seed']}: evaluated again with {samples} samples per held-out task", flush=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, default=float))
+    os.replace(tmp, path)
+    print(report(results, (cfg or load_config(config)).tasks.families))
+    return 0
+
+
 def _se(p1: float, p0: float, n: int) -> float:
     """Standard error of p1 - p0, each a pass rate over `n` held-out task evaluations."""
     return math.sqrt((p1 * (1 - p1) + p0 * (1 - p0)) / n) if n else math.nan
@@ -271,6 +314,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="/tmp/rollforge-bench-rl")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override for the RL runs (and the control's config), e.g. iterations=4")
+    ap.add_argument("--eval-samples", type=int, default=16, metavar="K",
+                    help="sampled completions per held-out task in the bench's evaluations of the"
+                         " three arms (the runs' own evaluations keep tasks.heldout_samples): a"
+                         " family with 2 held-out tasks is judged on 2K samples per seed")
+    ap.add_argument("--reevaluate", action="store_true",
+                    help="evaluate again the arms of the seeds already in --out (with"
+                         " --eval-samples), keep their other results, train nothing")
     ap.add_argument("--report", nargs="+", metavar="RESULTS_JSON",
                     help="print the report of earlier runs' results.json files (seeds merged,"
                          " e.g. two runs of two seeds each) and run nothing")
@@ -293,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         (shared / "checkpoints").mkdir(parents=True)
         shutil.copytree(checkpoints.checkpoint_dir(str(start), 0), checkpoints.checkpoint_dir(str(shared), 0))
         start = shared
+    if args.reevaluate:
+        return reevaluate(out, args.seeds, args.eval_samples, args.config)
     for seed in args.seeds:
         shutil.rmtree(out / f"rl-s{seed}", ignore_errors=True)
         rl_dir, rl_s, run_s = run_rl(args.config, seed, out, args.set, start)
@@ -300,15 +352,14 @@ def main(argv: list[str] | None = None) -> int:
             start = start or rl_dir
         cfg = load_config(str(rl_dir / "config.yaml"))
         ctl_dir, ctl = run_sft_control(rl_dir, cfg, rl_s, out)
-        evals = {"sft_start": evaluate_version(cfg, rl_dir, 0),
-                 "rl": evaluate_version(cfg, rl_dir, cfg.iterations),
-                 "sft_control": evaluate_version(cfg, ctl_dir, 1)}
+        evals = evaluate_arms(cfg, rl_dir, ctl_dir, args.eval_samples)
         split = {a: split_rates(e, cfg.tasks.families) for a, e in evals.items()}
         trained = {"sft_start": evaluate_trained(cfg, rl_dir, 0),
                    "rl": evaluate_trained(cfg, rl_dir, cfg.iterations),
                    "sft_control": evaluate_trained(cfg, ctl_dir, 1)}
         results.append({"seed": seed, "rl_seconds": rl_s, "run_seconds": run_s, "control": ctl,
-                        "evals": evals, "split": split, "trained": trained, "mix": trained_mix(rl_dir),
+                        "eval_samples": args.eval_samples, "evals": evals, "split": split,
+                        "trained": trained, "mix": trained_mix(rl_dir),
                         "kl_coef": cfg.rl.kl_coef})
         print(f"seed {seed}: RL {cfg.iterations} iterations in {rl_s:.0f}s (whole run {run_s:.0f}s);"
               f" SFT control {ctl['steps']} steps in {ctl['seconds']:.0f}s", flush=True)
