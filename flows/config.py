@@ -116,6 +116,10 @@ class RunConfig(BaseModel):
         d["sandbox"].pop("fork_server", None)
         if d["tasks"].get("function_name") is None:
             d["tasks"].pop("function_name", None)
+        # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
+        if not d["rl"].get("replay_coef"):
+            d["rl"].pop("replay_coef", None)
+            d["rl"].pop("replay_per_step", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 

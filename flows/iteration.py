@@ -154,8 +154,9 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
                         reward=r["reward"], group_id=r["group_id"],
                         completion_mask=r.get("completion_mask")) for r in rows]
+    replay = stages.replay_pairs(cfg.tasks) if cfg.rl.replay_coef > 0 else ()
     return grpo_update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                       cfg.sampling.temperature, cfg.seed)
+                       cfg.sampling.temperature, cfg.seed, replay)
 
 
 @_stage("evaluate", timeout_s=3600)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -47,6 +48,18 @@ def sft_tasks(cfg: TaskConfig) -> list[Task]:
     return training_instances(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
                               cfg.seed, cfg.heldout_fraction, cfg.sft_variants,
                               function_name=cfg.function_name)
+
+
+def replay_pairs(cfg: TaskConfig) -> list[tuple[str, str]]:
+    """(prompt, reference) of the warm start's data, for `rl.replay_coef`: built once per
+    process and config (about a second for the default mix)."""
+    return list(_replay_pairs(cfg.model_dump_json()))
+
+
+@functools.lru_cache(maxsize=4)
+def _replay_pairs(cfg_json: str) -> tuple[tuple[str, str], ...]:
+    tasks = sft_tasks(TaskConfig.model_validate_json(cfg_json))
+    return tuple((t.prompt, t.reference) for t in tasks if t.reference)
 
 
 def curriculum_config(cfg: RunConfig) -> CurriculumConfig:

@@ -93,6 +93,13 @@ class RLConfig(BaseModel):
         "Liu et al. 2025: no length normalisation per sequence)")
     kl_coef: float = Field(0.0, ge=0, description="beta of a KL penalty to the frozen reference "
                            "policy (checkpoint version 0, the SFT start); 0: off, none loaded")
+    replay_coef: float = Field(0.0, ge=0, description="weight of a replay loss added to every "
+                               "RL micro-batch: the SFT loss (token NLL) of reference solutions "
+                               "of training-split tasks (InstructGPT's PPO-ptx, Ouyang et al. "
+                               "2022), so the families with references keep what the warm start "
+                               "taught them while the reward moves the policy; 0: off")
+    replay_per_step: int = Field(8, ge=1, description="reference examples drawn per micro-batch "
+                                 "for the replay loss")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3", description="per-token KL estimator (Schulman 2020): k1 = log r, k2 = (log r)^2/2, "
         "k3 = r - 1 - log r with r = p_ref/p (unbiased, non-negative; GRPO paper)")

@@ -1,5 +1,5 @@
 """The policy's updates: SFT warm start and the RL step (GRPO, PPO-clip, RLOO; optional KL to a
-frozen reference), both through the DeepSpeed engine, each reading one checkpoint version and
+frozen reference and replay of reference solutions), both through the DeepSpeed engine, each reading one checkpoint version and
 publishing the next. Every process of a `deepspeed` launch runs the same function; rank 0 writes.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -202,13 +203,19 @@ def _per_token(part: list[RLSample], values, width: int, fill: float = 0.0) -> t
 
 
 def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: PolicyConfig,
-                rl: RLConfig, temperature: float, seed: int) -> dict:
+                rl: RLConfig, temperature: float, seed: int,
+                replay: Sequence[tuple[str, str]] = ()) -> dict:
     """One RL iteration (rl.algorithm: grpo, ppo or rloo): read version `version`, publish
     `version + 1`.
 
     Samples whose advantage is 0 add nothing to the gradient and are skipped (their group had
     one reward for all); when none is left, the next version is a copy of this one.
+    `replay`: (prompt, reference) pairs; with `rl.replay_coef > 0`, each micro-batch adds that
+    weight times the SFT loss of `rl.replay_per_step` of them, drawn at random.
     """
+    if rl.replay_coef > 0 and not replay:
+        raise ValueError(f"rl.replay_coef={rl.replay_coef} needs reference solutions to replay; "
+                         "none was given (no training task with a reference in the mix?)")
     src = checkpoints.checkpoint_dir(run_dir, version)
     torch.manual_seed(seed * 100003 + version)
     samples = _with_advantages(samples, rl)
@@ -235,7 +242,10 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     loss_fn = LOSSES[rl.algorithm]
     extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
     t0, n_tokens = time.perf_counter(), 0
-    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": []}
+    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": [], "replay_nll": []}
+    replay_rng = random.Random(f"replay:{seed}:{version}:{eng.rank()}")
+    replay_data = ([(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id])
+                    for p, r in replay] if rl.replay_coef > 0 else [])
     for epoch in plan.steps:
         for mb in epoch:
             part = [live[i] for i in mb.indices]
@@ -258,6 +268,15 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                                        rl.loss_aggregation, policy.max_len)
                 loss = loss + rl.kl_coef * kl
                 info.update(kinfo)
+            if replay_data and mb.weight:
+                pick = [replay_data[replay_rng.randrange(len(replay_data))]
+                        for _ in range(rl.replay_per_step)]
+                rb = make_batch([d[0] for d in pick], [d[1] for d in pick], tok.pad_token_id,
+                                policy.max_len)
+                rb.to(engine.device)
+                nll = sft_loss(token_logprobs(engine, rb), rb.loss_mask)
+                loss = loss + rl.replay_coef * nll
+                stats["replay_nll"].append(float(nll.detach()))
             engine.backward(loss * mb.weight)
             engine.step()
             if mb.weight:
@@ -279,6 +298,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                      "train/lr": float(engine.optimizer.param_groups[0]["lr"])}
     if stats["kl"]:
         extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
+    if stats["replay_nll"]:
+        extra_metrics["train/replay_nll"] = float(np.mean(stats["replay_nll"]))
     meta = {"version": version + 1, "kind": rl.algorithm,
             **metrics, **extra_metrics, "engine": eng.engine_facts(rl), "rl": rl.model_dump(),
             "policy": policy.model_dump()}

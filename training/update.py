@@ -5,7 +5,8 @@ alone or data-parallel:
     DS_ACCELERATOR=cpu deepspeed --num_gpus 2 --module training.update --spec spec.json  # two
 
 spec.json: {"jobs": [{"run_dir", "version", "samples": "<file.jsonl>", "policy": {...},
-"rl": {...}, "temperature", "seed"}]}; each line of the samples file is an RLSample as JSON.
+"rl": {...}, "temperature", "seed", "replay": [[prompt, reference], ...] (optional, for
+rl.replay_coef)}]}; each line of the samples file is an RLSample as JSON.
 Rank 0 prints one JSON line of metrics per job.
 """
 from __future__ import annotations
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     for job in spec["jobs"]:
         metrics = grpo_update(job["run_dir"], int(job["version"]), read_samples(job["samples"]),
                               PolicyConfig(**job.get("policy", {})), RLConfig(**job.get("rl", {})),
-                              float(job.get("temperature", 1.0)), int(job.get("seed", 0)))
+                              float(job.get("temperature", 1.0)), int(job.get("seed", 0)),
+                              [tuple(pr) for pr in job.get("replay", [])])
         if engine.rank() == 0:
             print(json.dumps({"run_dir": job["run_dir"], **metrics}), flush=True)
     return 0

@@ -75,3 +75,5 @@ def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them()
     assert load_config("configs/default.yaml", ["tasks.balance_families=false"]).hash() != base.hash()
     assert load_config("configs/default.yaml", ["sandbox.fork_server=false"]).hash() == base.hash()
     assert load_config("configs/default.yaml", ["tasks.function_name=f"]).hash() != base.hash()
+    assert load_config("configs/default.yaml", ["rl.replay_per_step=4"]).hash() == base.hash()  # off
+    assert load_config("configs/default.yaml", ["rl.replay_coef=0.1"]).hash() != base.hash()

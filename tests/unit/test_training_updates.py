@@ -141,3 +141,34 @@ def test_prune_keeps_the_last_k_and_the_best_scored_version(tmp_path):
     deleted = checkpoints.prune(run, 2, keep={0}, best_metric="heldout/pass_greedy")
     assert deleted == [1, 3]
     assert checkpoints.versions(run) == [0, 2, 4, 5]
+
+
+def _reference_nll(run_dir, version):
+    from training.batch import make_batch, token_logprobs
+    from training.losses import sft_loss
+    from training.policy import tokenizer_of
+
+    model = load_policy(str(checkpoints.checkpoint_dir(run_dir, version) / "model")).eval()
+    tok = tokenizer_of(model)
+    b = make_batch([tok.encode_prompt(p) for p in PROMPTS],
+                   [tok.encode(r, bos=False) + [tok.eos_token_id] for r in REFS],
+                   tok.pad_token_id, POLICY.max_len)
+    with torch.no_grad():
+        return float(sft_loss(token_logprobs(model, b), b.loss_mask))
+
+
+def test_replay_pulls_the_rl_step_towards_the_reference_solutions(base, tmp_path):
+    a, b = _copy(base, tmp_path, "plain"), _copy(base, tmp_path, "replay")
+    rl = dict(epochs=2, micro_batch_size=4, lr=5e-3)
+    plain = grpo_update(a, 0, _samples(), POLICY, RLConfig(**rl), 1.0, 0)
+    replayed = grpo_update(b, 0, _samples(), POLICY, RLConfig(replay_coef=1.0, replay_per_step=4, **rl),
+                           1.0, 0, replay=list(zip(PROMPTS, REFS)))
+    assert "train/replay_nll" not in plain and replayed["train/replay_nll"] > 0
+    # same samples, same seed: the replayed step ends nearer the references (measured 5.01 at
+    # the start, 4.67 after the plain step, 4.49 with replay)
+    start, after_plain, after_replay = (_reference_nll(a, 0), _reference_nll(a, 1),
+                                        _reference_nll(b, 1))
+    assert after_replay < min(start, after_plain) - 0.1
+    with pytest.raises(ValueError, match="rl.replay_coef=1.0 needs reference solutions"):
+        grpo_update(_copy(base, tmp_path, "none"), 0, _samples(), POLICY, RLConfig(replay_coef=1.0),
+                    1.0, 0)
