@@ -163,6 +163,11 @@ class ForkServer:
                     return z
                 self._all.discard(z)
             z.kill()  # it died while idle
+        return self._start(key)
+
+    def _start(self, key: tuple) -> Zygote:
+        """A new zygote for `key` (flags, workspace base), counted and tracked; the base's
+        spools of dead processes are swept the first time."""
         with self._lock:
             self.started += 1
             sweep = key[1] not in self._swept
@@ -206,15 +211,7 @@ class ForkServer:
     def _warm_one(self, key: tuple) -> None:
         z = None
         try:
-            with self._lock:
-                self.started += 1
-                sweep = key[1] not in self._swept
-                self._swept.add(key[1])
-            if sweep:
-                sweep_spools(key[1])
-            z = Zygote(self.sbx, key[0], key[1], self.preload)
-            with self._lock:
-                self._all.add(z)
+            z = self._start(key)
         except (OSError, ZygoteError) as exc:
             log.info("fork server: a zygote started ahead of its run failed: %s", exc)
         finally:
