@@ -50,10 +50,10 @@ def sft_tasks(cfg: TaskConfig) -> list[Task]:
                               function_name=cfg.function_name)
 
 
-def replay_pairs(cfg: TaskConfig) -> list[tuple[str, str]]:
+def replay_pairs(cfg: TaskConfig) -> tuple[tuple[str, str], ...]:
     """(prompt, reference) of the warm start's data, for `rl.replay_coef`: built once per
     process and config (about a second for the default mix)."""
-    return list(_replay_pairs(cfg.model_dump_json()))
+    return _replay_pairs(cfg.model_dump_json())
 
 
 @functools.lru_cache(maxsize=4)

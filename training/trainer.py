@@ -1,6 +1,6 @@
 """The policy's updates: SFT warm start and the RL step (GRPO, PPO-clip, RLOO; optional KL to a
-frozen reference and replay of reference solutions), both through the DeepSpeed engine, each reading one checkpoint version and
-publishing the next. Every process of a `deepspeed` launch runs the same function; rank 0 writes.
+frozen reference and replay of reference solutions), both through the DeepSpeed engine, each
+reading one checkpoint version and publishing the next. Every process of a `deepspeed` launch runs the same function; rank 0 writes.
 """
 from __future__ import annotations
 
@@ -126,8 +126,7 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if sft.batch_size < world:
         raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count {world}")
     rng = random.Random(seed)
-    data = [(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id], None)
-            for p, r in zip(prompts, references)]
+    data = [(*_encode_pair(tok, p, r), None) for p, r in zip(prompts, references)]
     if demos:
         from training.episodes import encode_transcript  # noqa: PLC0415
 
@@ -169,6 +168,12 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if eng.rank() == 0:
         shutil.rmtree(progress, ignore_errors=True)
     return metrics
+
+
+def _encode_pair(tok, prompt: str, reference: str) -> tuple[list[int], list[int]]:
+    """Token ids of a (prompt, reference) pair as the SFT loss reads them: the reference ends
+    with EOS."""
+    return tok.encode_prompt(prompt), tok.encode(reference, bos=False) + [tok.eos_token_id]
 
 
 def _save_progress(engine, folder: Path, step: int, rng: random.Random) -> None:
@@ -244,8 +249,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     t0, n_tokens = time.perf_counter(), 0
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": [], "replay_nll": []}
     replay_rng = random.Random(f"replay:{seed}:{version}:{eng.rank()}")
-    replay_data = ([(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id])
-                    for p, r in replay] if rl.replay_coef > 0 else [])
+    replay_on = rl.replay_coef > 0
     for epoch in plan.steps:
         for mb in epoch:
             part = [live[i] for i in mb.indices]
@@ -268,8 +272,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                                        rl.loss_aggregation, policy.max_len)
                 loss = loss + rl.kl_coef * kl
                 info.update(kinfo)
-            if replay_data and mb.weight:
-                pick = [replay_data[replay_rng.randrange(len(replay_data))]
+            if replay_on and mb.weight:  # only the pairs drawn are tokenized
+                pick = [_encode_pair(tok, *replay[replay_rng.randrange(len(replay))])
                         for _ in range(rl.replay_per_step)]
                 rb = make_batch([d[0] for d in pick], [d[1] for d in pick], tok.pad_token_id,
                                 policy.max_len)
