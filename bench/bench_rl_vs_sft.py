@@ -290,11 +290,16 @@ def reevaluate(out: Path, seeds: list[int], samples: int, config: str) -> int:
         r["split"] = {a: split_rates(e, cfg.tasks.families) for a, e in r["evals"].items()}
         r["eval_samples"] = samples
         print(f"seed {r['seed']}: evaluated again with {samples} samples per held-out task", flush=True)
+    _write_results(path, results)
+    print(report(results, (cfg or load_config(config)).tasks.families))
+    return 0
+
+
+def _write_results(path: Path, results: list[dict]) -> None:
+    """results.json, replaced atomically (a bench stopped mid-write leaves the previous one)."""
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(results, indent=1, default=float))
     os.replace(tmp, path)
-    print(report(results, (cfg or load_config(config)).tasks.families))
-    return 0
 
 
 def _se(p1: float, p0: float, n: int) -> float:
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                         "kl_coef": cfg.rl.kl_coef})
         print(f"seed {seed}: RL {cfg.iterations} iterations in {rl_s:.0f}s (whole run {run_s:.0f}s);"
               f" SFT control {ctl['steps']} steps in {ctl['seconds']:.0f}s", flush=True)
-        (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+        _write_results(out / "results.json", results)
     print(report(results, cfg.tasks.families))
     print(f"\nwall time {time.perf_counter() - t_all:.0f}s; results in {out / 'results.json'}")
     return 0
