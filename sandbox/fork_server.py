@@ -146,7 +146,9 @@ class ForkServer:
     def _take(self, key: tuple) -> Zygote:
         if os.getpid() != self._owner:  # this process is a fork: start afresh, leave theirs
             with self._lock:
+                # the parent's warm-ups run in its threads, not here: none will come for us
                 self._idle, self._all, self._owner = {}, set(), os.getpid()
+                self._warming = {}
                 self._finalizer.detach()
                 self._finalizer = weakref.finalize(self, _kill_all, self._all, self._lock,
                                                    self._owner)
