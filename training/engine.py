@@ -8,6 +8,7 @@ launcher the same code takes NCCL and the launcher's RANK/WORLD_SIZE. Several CP
 """
 from __future__ import annotations
 
+import atexit
 import os
 import socket
 from typing import Any, Callable
@@ -24,7 +25,8 @@ def _free_port() -> int:
 
 
 def setup_distributed() -> None:
-    """Join (or, alone, create) the process group. Idempotent."""
+    """Join (or, alone, create) the process group. Idempotent. A world of one made here is left
+    again at interpreter exit (`teardown_distributed`); a launched rank leaves it itself."""
     if not torch.cuda.is_available():
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed  # after DS_ACCELERATOR is set
@@ -40,6 +42,23 @@ def setup_distributed() -> None:
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
                                verbose=False)
+    if world_size() == 1:
+        atexit.register(teardown_distributed, sync=False)
+
+
+def teardown_distributed(sync: bool = True) -> None:
+    """Leave the process group, on every rank after its last collective (`sync`: a barrier first,
+    so no rank tears down while another still talks to it). Only after success: a rank that failed
+    must not wait for the others here. Without it a gloo rank can abort at interpreter exit
+    ("terminate called without an active exception", exit -6): the group's worker threads are
+    destroyed while still joinable, failing a launch whose work had finished. Idempotent."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if sync and dist.get_world_size() > 1:
+        dist.barrier()
+    dist.destroy_process_group()
 
 
 def rank() -> int:

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                               [tuple(pr) for pr in job.get("replay", [])])
         if engine.rank() == 0:
             print(json.dumps({"run_dir": job["run_dir"], **metrics}), flush=True)
+    engine.teardown_distributed()
     return 0
 
 
