@@ -253,6 +253,46 @@ def test_a_forked_copy_of_the_host_process_starts_its_own_zygotes(fast):
     assert fast.fork_server.zygote_pids() == theirs and run_py(fast, "print(1)").stdout == "1\n"
 
 
+def test_a_forked_copy_does_not_wait_for_the_parents_warm_up_in_flight(monkeypatch):
+    """A warm-up runs in a thread of the parent; a copy forked while it is in flight has no such
+    thread and must start its own zygote instead of waiting for one that never comes."""
+    sbx = _fork_sandbox()
+    fs = sbx.fork_server
+    release, warm_one = threading.Event(), fs._warm_one
+
+    def held(key):  # the parent's warm-up, held in flight until the copy has answered
+        release.wait(120)
+        warm_one(key)
+
+    monkeypatch.setattr(fs, "_warm_one", held)
+    try:
+        fs.warm({"main.py": "pass"}, ["python", "main.py"], 1)
+        assert sum(fs._warming.values()) == 1
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                res = run_py(sbx, "print(6 * 7)")
+                os.write(w, b"1" if res.stdout == "42\n" else b"0")
+            finally:
+                os._exit(0)
+        os.close(w)
+        answered = select.select([r], [], [], 60)[0]
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        assert answered, "the forked copy waited for the parent's warm-up (no answer in 60 s)"
+        assert os.read(r, 1) == b"1"
+        os.close(r)
+        release.set()
+        with fs._lock:
+            fs._ready.wait_for(lambda: not any(fs._warming.values()), 60)
+        assert run_py(sbx, "print(1)").stdout == "1\n" and fs.served == 1 and fs.started == 1
+    finally:
+        release.set()
+        sbx.close()
+
+
 def test_close_stops_the_zygotes_and_a_later_run_starts_afresh():
     sbx = _fork_sandbox()
     try:
