@@ -51,21 +51,41 @@ def sparkline(values: list[float]) -> str:
                    for v in values)
 
 
-def reward_curve_png(metrics, path: Path) -> bytes:
-    """Mean reward and pass rates per iteration; written atomically to `path`."""
+CURVES = (("rollout/mean_reward", "mean reward"), ("rollout/pass_rate", "train pass"),
+          ("heldout/pass_greedy", "held-out greedy"), ("heldout/pass_sampled", "held-out sampled"))
+
+
+def curve_series(metrics, start: dict | None = None) -> dict[str, tuple[list, list]]:
+    """label -> (x, y) of each curve the reward plot draws. A held-out figure at iteration i is
+    of the policy its update published; `start` (the SFT start's evaluation, version 0) is
+    drawn at iteration -1, before any update, so the held-out curves begin where RL began."""
+    m = metrics.sort_values("iteration")
+    out = {}
+    for key, label in CURVES:
+        x, y = [], []
+        if start and key.startswith("heldout/") and start.get(key) is not None:
+            x, y = [-1], [float(start[key])]
+        if key in m.columns:
+            s = m[["iteration", key]].dropna()
+            x += [int(i) for i in s["iteration"]]
+            y += [float(v) for v in s[key]]
+        if x:
+            out[label] = (x, y)
+    return out
+
+
+def reward_curve_png(metrics, path: Path, start: dict | None = None) -> bytes:
+    """Mean reward and pass rates per iteration (held-out from the SFT start on, see
+    `curve_series`); written atomically to `path`."""
     import matplotlib  # noqa: PLC0415
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    m = metrics.sort_values("iteration")
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=80)
-    for key, label in (("rollout/mean_reward", "mean reward"), ("rollout/pass_rate", "train pass"),
-                       ("heldout/pass_sampled", "held-out sampled")):
-        if key in m.columns:
-            s = m[["iteration", key]].dropna()
-            ax.plot(s["iteration"], s[key], marker="o", label=label)
-    ax.set_xlabel("iteration")
+    for label, (x, y) in curve_series(metrics, start).items():
+        ax.plot(x, y, marker="o", label=label, linestyle="--" if "held-out" in label else "-")
+    ax.set_xlabel("iteration (held-out: the policy after it; -1: the SFT start)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
@@ -91,8 +111,10 @@ def reward_markdown(cfg: RunConfig, metrics, png: bytes, png_path: Path) -> str:
     return "\n".join(lines)
 
 
-def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log) -> None:
-    """The metrics table and the reward curve, as artifacts of the current flow run."""
+def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log,
+                      start: dict | None = None) -> None:
+    """The metrics table and the reward curve (with `start`, the SFT start's held-out
+    evaluation), as artifacts of the current flow run."""
     try:
         from prefect.artifacts import (create_link_artifact, create_markdown_artifact,  # noqa: PLC0415
                                        create_table_artifact)
@@ -104,7 +126,7 @@ def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log) -> Non
                               description=f"rollforge run {cfg.run_id}: metrics after iteration "
                                           f"{iteration}")
         png_path = (Path(cfg.run_dir) / "plots" / "reward_curve.png").resolve()
-        png = reward_curve_png(frame, png_path)
+        png = reward_curve_png(frame, png_path, start)
         create_markdown_artifact(reward_markdown(cfg, frame, png, png_path),
                                  key=artifact_key(cfg.run_id, "reward-curve"),
                                  description=f"reward curve after iteration {iteration}")

@@ -259,7 +259,7 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
         for it in range(start, cfg.iterations):
             metrics = run_iteration(cfg, it, opts, log, client)
-            publish_iteration(cfg, it, metrics, log)
+            publish_iteration(cfg, it, metrics, log, baseline)
         final = _evaluate(cfg, cfg.iterations, opts, client)
     finally:
         close_clients()

@@ -95,7 +95,7 @@ def test_hung_rollout_shard_is_cancelled_at_its_deadline():
 
 
 def test_artifacts_render_the_metrics_table_and_the_reward_curve(tmp_path):
-    from flows.artifacts import artifact_key, metrics_table, reward_curve_png, sparkline
+    from flows.artifacts import artifact_key, curve_series, metrics_table, reward_curve_png, sparkline
 
     m = pd.DataFrame({"iteration": [0, 1], "rollout/mean_reward": [0.25, 0.5],
                       "heldout/pass_greedy": [math.nan, 0.5]})
@@ -104,6 +104,11 @@ def test_artifacts_render_the_metrics_table_and_the_reward_curve(tmp_path):
         {"iteration": 0, "reward": 0.25, "held-out greedy": None},
         {"iteration": 1, "reward": 0.5, "held-out greedy": 0.5}]
     assert sparkline([0.0, 0.5, 1.0]) == "▁▄█"
-    png = reward_curve_png(m, tmp_path / "plots" / "curve.png")
+    start = {"heldout/pass_greedy": 0.25, "heldout/pass_sampled": 0.125}
+    assert curve_series(m, start) == {  # held-out from the SFT start (at -1) on
+        "mean reward": ([0, 1], [0.25, 0.5]), "held-out greedy": ([-1, 1], [0.25, 0.5]),
+        "held-out sampled": ([-1], [0.125])}
+    assert curve_series(m)["held-out greedy"] == ([1], [0.5])
+    png = reward_curve_png(m, tmp_path / "plots" / "curve.png", start)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and (tmp_path / "plots" / "curve.png").read_bytes() == png
     assert not [p for p in os.listdir(tmp_path / "plots") if p.startswith(".")]
