@@ -4,6 +4,7 @@ triggered through the REST API with a typed parameter set, and it completes with
 artifacts (metrics table, reward curve); then a schedule added to the evaluation deployment
 fires and its run completes with its artifact. The server's scheduler loop and the runner's
 polling are shortened (2 s) so a schedule fires within the test."""
+import datetime
 import json
 import os
 import signal
@@ -101,7 +102,12 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
     base, env, home = server
     serve_log = open(tmp_path / "serve.log", "w")
     out = tmp_path / "runs"
+    # crons 12 hours from now: the defaults (02:00, every 6 h) could fire during the test and
+    # start runs of their own beside the ones it waits for
+    far = (datetime.datetime.now(datetime.timezone.utc).hour + 12) % 24
+    crons = {"train": f"0 {far} * * *", "eval": f"30 {far} * * *"}
     serve = subprocess.Popen([*ROLLFORGE, "serve", "--config", "configs/tiny.yaml",
+                              "--train-cron", crons["train"], "--eval-cron", crons["eval"],
                               "--eval-run-dir", str(out / "tiny")], cwd=ROOT,
                              env=env, stdout=serve_log, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -116,8 +122,8 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
         assert {"config_file", "run_id", "iterations", "overrides"} <= set(props)
         assert props["iterations"]["anyOf"][0]["type"] == "integer"
         assert train["parameters"] == {"config_file": "configs/tiny.yaml"}
-        assert [s["schedule"]["cron"] for s in train["schedules"]] == ["0 2 * * *"]
-        assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == ["0 */6 * * *"]
+        assert [s["schedule"]["cron"] for s in train["schedules"]] == [crons["train"]]
+        assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == [crons["eval"]]
         assert set(evaluation["parameter_openapi_schema"]["properties"]) == {"run_dir", "version"}
 
         run = _api(base, "POST", f"/deployments/{train['id']}/create_flow_run", {

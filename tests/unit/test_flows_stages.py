@@ -160,6 +160,9 @@ def test_journal_appends_one_parsable_line_per_event(tmp_path):
     assert [(r["stage"], r["event"], r["iteration"]) for r in recs] == [
         ("score", "start", 1), ("score", "end", 1)]
     assert json.loads((tmp_path / "stages.jsonl").read_text().splitlines()[1])["seconds"] == 0.5
+    with open(tmp_path / "stages.jsonl", "a") as fh:  # a line caught mid-write: not yet a record
+        fh.write('{"t": 1.0, "stage": "sco')
+    assert stages.read_journal(str(tmp_path)) == recs
 
 
 def test_execution_metrics_worked_by_hand(executed_group):
@@ -217,9 +220,10 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
         return hang(cfg, 0)
 
     run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
-    t0 = _time.monotonic()
     with prefect_test_harness(server_startup_timeout=180):
+        t0 = _time.monotonic()  # after the server's start, which may take long on a busy machine
         state = probe(run_cfg, return_state=True)
+        took = _time.monotonic() - t0
     assert state.is_failed()
     recs = stages.read_journal(run_cfg.run_dir)
     assert [r["event"] for r in recs] == ["start", "failed", "start", "failed"]
@@ -227,7 +231,7 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
         "deadline of 1 s passed (CancelledError: )"] * 2
     gap = recs[2]["t"] - recs[1]["t"]
     assert 1.5 <= gap < 30  # the 2 s backoff (20% jitter), then the retry
-    assert _time.monotonic() - t0 < 120  # never the stage's 60 s, twice
+    assert took < 60  # two 1 s deadlines and a 2 s backoff, never the stage's 60 s
 
 
 def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():

@@ -66,11 +66,12 @@ def test_sandbox_with_site_packages_grades_pandas_solutions(completion, solved):
     from rewards.score import score
 
     t = generate_dataframe_suite(["df_rank"], [1], 1)[0]
-    cfg = SandboxConfig(site_packages=True)
+    # generous limits: each execution imports pandas afresh, slow on a loaded 2-CPU machine
+    cfg = SandboxConfig(site_packages=True, timeout_s=30)
     sb = make_sandbox(cfg)
     try:
         b, report = score(t, t.reference if completion == "reference" else completion, sb,
-                          cfg.limits(), RewardConfig())
+                          cfg.limits(), RewardConfig(per_test_timeout_s=5))
     finally:
         sb.close()
     assert not report.infra_error, report.load_error
