@@ -234,11 +234,13 @@ def journal(run_dir: str, stage: str, event: str, **fields) -> None:
 
 
 def read_journal(run_dir: str) -> list[dict]:
+    """The journal's records, in order. Only whole lines: a last line without its newline is one
+    being written as this reads (or cut short by a crash) and is left out."""
     path = os.path.join(run_dir, JOURNAL)
     if not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        return [json.loads(line) for line in fh if line.endswith("\n") and line.strip()]
 
 
 # -- observability ----------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 processes (no nanny, so a killed worker stays dead), named by `cluster.address`. One worker is
 killed (SIGKILL) while it executes rollouts of the rollout stage; the iteration still
 completes, on the other worker, with every rollout stored exactly once."""
-import json
 import os
 import signal
 import socket
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from flows.env import standalone_env
+from flows.stages import read_journal
 from distributed import Client
 
 from storage.registry import finished_iterations, read_metrics
@@ -32,10 +32,7 @@ def _free_port() -> int:
 
 
 def _journal(run_dir: Path) -> list[dict]:
-    path = run_dir / "stages.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_journal(str(run_dir))  # whole lines only: the flow is writing it meanwhile
 
 
 @pytest.fixture()

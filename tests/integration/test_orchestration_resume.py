@@ -1,7 +1,6 @@
 """A flow process killed (SIGKILL, with its Dask workers and temporary API) in the middle of an
 iteration: the next invocation resumes at the first unfinished stage, in a new process, without
 running again any stage that had finished, and every rollout is stored exactly once."""
-import json
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from flows.env import standalone_env
+from flows.stages import read_journal
 from storage.registry import finished_iterations
 from storage.trajectories import read_trajectories
 
@@ -28,10 +28,7 @@ def _cmd(out: Path) -> list[str]:
 
 
 def _journal(run_dir: Path) -> list[dict]:
-    path = run_dir / "stages.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_journal(str(run_dir))  # whole lines only: the flow is writing it meanwhile
 
 
 def _where(rec: dict) -> tuple:
