@@ -211,17 +211,22 @@ class ForkServer:
                              name="rollforge-zygote-warm").start()
 
     def _warm_one(self, key: tuple) -> None:
-        z = None
+        z, ready = None, False
         try:
             z = self._start(key)
         except (OSError, ZygoteError) as exc:
             log.info("fork server: a zygote started ahead of its run failed: %s", exc)
         finally:
-            with self._lock:
-                self._warming[key] -= 1
+            with self._lock:  # idle in the same step as no longer warming: a run woken by
+                self._warming[key] -= 1  # this never finds neither and starts one of its own
+                ready = z is not None and z.healthy and z in self._all
+                if ready:
+                    self._idle.setdefault(key, []).append(z)
+                elif z is not None:
+                    self._all.discard(z)
                 self._ready.notify_all()
-        if z is not None:
-            self._give(z)
+        if z is not None and not ready:
+            z.kill()
 
     def run(self, files: Mapping[str, str | bytes], plan: Plan, limits: Limits,
             stdin: bytes | None, collect: Sequence[str]) -> ExecResult:
