@@ -181,14 +181,21 @@ class ForkServer:
             self._all.add(z)
         return z
 
-    def _give(self, z: Zygote) -> None:
+    def _give(self, z: Zygote | None, warmed: tuple | None = None) -> None:
+        """Back to idle if it can serve again, else untracked and killed. `warmed`: the key of
+        the warm-up that started `z` (None if that start failed), ended in the same locked step,
+        so a run woken by its end never finds neither and starts a zygote of its own."""
         with self._lock:
-            if z.healthy and z in self._all:
+            if warmed is not None:
+                self._warming[warmed] -= 1
+            kept = z is not None and z.healthy and z in self._all
+            if kept:
                 self._idle.setdefault((z.flags, z.base), []).append(z)
-                self._ready.notify_all()
-                return
-            self._all.discard(z)
-        z.kill()
+            elif z is not None:
+                self._all.discard(z)
+            self._ready.notify_all()
+        if z is not None and not kept:
+            z.kill()
 
     def warm(self, files: Mapping[str, str | bytes], argv: Sequence[str], count: int) -> None:
         """Start, in the background, up to `count` zygotes for the executions of `argv` (as
@@ -211,22 +218,13 @@ class ForkServer:
                              name="rollforge-zygote-warm").start()
 
     def _warm_one(self, key: tuple) -> None:
-        z, ready = None, False
+        z = None
         try:
             z = self._start(key)
         except (OSError, ZygoteError) as exc:
             log.info("fork server: a zygote started ahead of its run failed: %s", exc)
         finally:
-            with self._lock:  # idle in the same step as no longer warming: a run woken by
-                self._warming[key] -= 1  # this never finds neither and starts one of its own
-                ready = z is not None and z.healthy and z in self._all
-                if ready:
-                    self._idle.setdefault(key, []).append(z)
-                elif z is not None:
-                    self._all.discard(z)
-                self._ready.notify_all()
-        if z is not None and not ready:
-            z.kill()
+            self._give(z, warmed=key)
 
     def run(self, files: Mapping[str, str | bytes], plan: Plan, limits: Limits,
             stdin: bytes | None, collect: Sequence[str]) -> ExecResult:
