@@ -233,7 +233,7 @@ def journal(run_dir: str, stage: str, event: str, **fields) -> None:
         os.close(fd)
 
 
-def read_journal(run_dir: str) -> list[dict]:
+def read_journal(run_dir: str | os.PathLike) -> list[dict]:
     """The journal's records, in order. Only whole lines: a last line without its newline is one
     being written as this reads (or cut short by a crash) and is left out."""
     path = os.path.join(run_dir, JOURNAL)

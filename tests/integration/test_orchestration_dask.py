@@ -31,10 +31,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _journal(run_dir: Path) -> list[dict]:
-    return read_journal(str(run_dir))  # whole lines only: the flow is writing it meanwhile
-
-
 @pytest.fixture()
 def cluster(tmp_path):
     port = _free_port()
@@ -78,7 +74,8 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
         while killed is None:
             assert flow.poll() is None, (tmp_path / "flow.log").read_text()[-4000:]
             assert time.monotonic() < deadline, "never saw the rollout stage running"
-            if any(r["stage"] == "run_rollouts" and r["event"] == "start" for r in _journal(run_dir)):
+            if any(r["stage"] == "run_rollouts" and r["event"] == "start"
+                   for r in read_journal(run_dir)):
                 busy = {w: keys for w, keys in client.processing().items()
                         if any(str(k).startswith("execute_one") for k in keys)}
                 if busy:
@@ -97,7 +94,8 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
     # the killed worker stayed dead: its rollouts were executed by the other one
     assert killed not in client.scheduler_info()["workers"]
     assert len(client.scheduler_info()["workers"]) == 1
-    ends = [r for r in _journal(run_dir) if r["stage"] == "run_rollouts" and r["event"] == "end"]
+    ends = [r for r in read_journal(run_dir)
+            if r["stage"] == "run_rollouts" and r["event"] == "end"]
     assert ends and all(r["iteration"] == 0 for r in ends)
 
     assert finished_iterations(str(run_dir)) == [0]

@@ -27,10 +27,6 @@ def _cmd(out: Path) -> list[str]:
             "--set", f"out_dir={out}", "--set", "iterations=2"]
 
 
-def _journal(run_dir: Path) -> list[dict]:
-    return read_journal(str(run_dir))  # whole lines only: the flow is writing it meanwhile
-
-
 def _where(rec: dict) -> tuple:
     return (rec["stage"], rec.get("iteration"), rec.get("version"), rec.get("round"),
             rec.get("shard"))
@@ -46,7 +42,7 @@ def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     try:
         deadline = time.monotonic() + 240
         while not any(r["stage"] == "update_policy" and r["event"] == "start"
-                      and r["iteration"] == 0 for r in _journal(run_dir)):
+                      and r["iteration"] == 0 for r in read_journal(run_dir)):
             assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
             assert time.monotonic() < deadline, "the first run never reached update_policy"
             time.sleep(0.05)
@@ -58,7 +54,7 @@ def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
         log1.close()
     assert first.returncode == -signal.SIGKILL
     assert 1 not in finished_iterations(str(run_dir)), "the kill came after the whole run"
-    before = _journal(run_dir)
+    before = read_journal(run_dir)
     # Stages that ended before the update began: the kill lands a few ms after the update's
     # start is seen, and an update that ended in that window may not have persisted its result
     # yet (its journal line comes first), so running it again is right; it is not asserted on.
@@ -73,7 +69,7 @@ def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     second = subprocess.run(_cmd(out), cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=300)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-4000:]
-    rerun = [r for r in _journal(run_dir)[len(before):] if r["event"] == "start"]
+    rerun = [r for r in read_journal(run_dir)[len(before):] if r["event"] == "start"]
     assert rerun, "the second invocation ran nothing"
     assert {r["pid"] for r in rerun} == {rerun[0]["pid"]} != {first.pid}
     repeated = sorted({_where(r) for r in rerun} & finished, key=str)
