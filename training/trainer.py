@@ -1,6 +1,7 @@
 """The policy's updates: SFT warm start and the RL step (GRPO, PPO-clip, RLOO; optional KL to a
 frozen reference and replay of reference solutions), both through the DeepSpeed engine, each
-reading one checkpoint version and publishing the next. Every process of a `deepspeed` launch runs the same function; rank 0 writes.
+reading one checkpoint version and publishing the next. Every process of a `deepspeed` launch
+runs the same function; rank 0 writes.
 """
 from __future__ import annotations
 
