@@ -1,5 +1,9 @@
 """`rollforge eval --suite humaneval --samples FILE.jsonl`: score samples without training.
 
+The tasks the samples answer are a kind's own (`--suite`/`--kind`, any kind of `rollforge
+envs`, with `--options`) or a task file's (`--tasks FILE`); each sample is graded by its task's
+kind.
+
 Reads lines of `{"task_id", "completion"}` (HumanEval's own sample format; other keys are kept),
 scores each in the sandbox, prints pass@1 (and pass@k where every problem has k samples or more)
 and writes one result per sample, in input order, to `FILE.jsonl_results.jsonl` next to the input
@@ -12,16 +16,19 @@ import json
 import os
 import sys
 
-SUITES = ("humaneval",)
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "eval", help="score a samples file against a task suite (no training)",
         description="Score completions in the sandbox and report pass@k. Each line of the "
                     "samples file is a JSON object with task_id and completion.",
         epilog="example: rollforge eval --suite humaneval --samples samples.jsonl --workers 4")
-    p.add_argument("--suite", choices=SUITES, required=True, help="task suite the samples answer")
+    p.add_argument("--suite", "--kind", dest="kind", default=None,
+                   help="the kind whose own tasks the samples answer (e.g. humaneval, io; see "
+                   "`rollforge envs`)")
+    p.add_argument("--options", default=None, metavar="JSON",
+                   help="the kind's options as a JSON object (which tasks it generates)")
+    p.add_argument("--tasks", default=None, metavar="FILE",
+                   help="a task file (.jsonl or .parquet) whose tasks the samples answer")
     p.add_argument("--samples", required=True, help="JSONL file of {task_id, completion} lines")
     p.add_argument("--backend", choices=("process", "docker"), default="process",
                    help="sandbox backend (default: %(default)s)")
@@ -90,26 +97,51 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
             os.remove(tmp)
 
 
+def tasks_by_id(kind: str | None = "humaneval", options: str | None = None,
+                tasks_file: str | None = None) -> dict:
+    """The tasks samples may answer, by id: a task file's, or a kind's own."""
+    from envs.base import EnvError
+    from envs.sources import SourceConfig, load_source
+    from flows.cli import UsageError
+
+    if (kind is None) == (tasks_file is None):
+        raise UsageError("give the tasks the samples answer: --suite KIND or --tasks FILE")
+    try:
+        opts = json.loads(options) if options else {}
+    except ValueError as exc:
+        raise UsageError(f"--options: not valid JSON ({exc})") from None
+    try:
+        src = (SourceConfig(file=tasks_file) if tasks_file
+               else SourceConfig(kind=kind, options=opts))
+        return {t.task_id: t for t in load_source(src)}
+    except (EnvError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+
+
 def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
                   timeout_s: float = 10.0, per_test_timeout_s: float = 3.0,
                   ks: tuple[int, ...] = (1, 10, 100), batch_size: int | None = None,
-                  fork_server: bool = True) -> tuple[dict[int, float], list, str]:
+                  fork_server: bool = True, kind: str | None = "humaneval",
+                  options: str | None = None, tasks_file: str | None = None
+                  ) -> tuple[dict[int, float], list, str]:
     """Score a samples file; returns (pass@k, per-sample results, path of the results file)."""
     from flows.cli import UsageError
     from rewards.aggregate import RewardConfig
     from rewards.evaluate import evaluate_samples, pass_at_ks
     from sandbox.config import SandboxConfig
+    from envs.registry import env_for_task
     from sandbox.registry import make_sandbox
-    from tasks.humaneval import humaneval_by_id
 
     if workers < 1:
         raise UsageError(f"--workers {workers}: expected at least 1")
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size {batch_size}: expected at least 1")
-    tasks = humaneval_by_id()
+    tasks = tasks_by_id(kind, options, tasks_file)
     samples = read_samples(samples_path, set(tasks))
+    site = any(env_for_task(tasks[s["task_id"]]).site_packages for s in samples)
     try:
-        sbx_cfg = SandboxConfig(backend=backend, timeout_s=timeout_s, fork_server=fork_server)
+        sbx_cfg = SandboxConfig(backend=backend, timeout_s=timeout_s, fork_server=fork_server,
+                                site_packages=site)
         cfg = RewardConfig(per_test_timeout_s=per_test_timeout_s)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
@@ -135,7 +167,9 @@ def run_eval(args: argparse.Namespace) -> int:
         raise UsageError(f"--k {args.k!r}: every k must be at least 1")
     pass_k, results, out_path = evaluate_file(args.samples, args.backend, args.workers,
                                               args.timeout, args.per_test_timeout, ks,
-                                              args.batch_size, not args.no_fork_server)
+                                              args.batch_size, not args.no_fork_server,
+                                              None if args.tasks and not args.kind else
+                                              (args.kind or "humaneval"), args.options, args.tasks)
     scored = [r for r in results if not r.breakdown.infra_error]
     solved = sum(r.breakdown.solved for r in scored)
     problems = len({r.task_id for r in results})

@@ -16,6 +16,10 @@ def register(subparsers) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field by its dotted path, e.g. --set rl.lr=1e-4 "
                    "(repeatable)")
+    p.add_argument("--tasks", metavar="FILE", action="append", default=[],
+                   help="train on a task file (.jsonl or .parquet, any kind; each record graded "
+                   "by its own `kind`) instead of the config's sources; repeat for several "
+                   "files (equal weights)")
     p.set_defaults(func=_run)
 
 
@@ -23,8 +27,13 @@ def _run(args: argparse.Namespace) -> int:
     from flows.cli import UsageError
     from flows.config import ConfigError, load_config
 
+    import json
+
+    overrides = list(args.overrides)
+    if args.tasks:
+        overrides.append("tasks.sources=" + json.dumps([{"file": f} for f in args.tasks]))
     try:
-        cfg = load_config(args.config, args.overrides)
+        cfg = load_config(args.config, overrides)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     from flows.env import apply_defaults

@@ -1,9 +1,11 @@
 """`rollforge tasks list|show|export|check`: for people who curate tasks.
 
-The tasks come from a suite (`--suite procedural|dataframe|humaneval`, generated with the given
-options) or a file (`--file tasks.jsonl|tasks.parquet`). `check` validates every record (a bad
-one: exit 1 naming file and line), then checks the tasks' quality (see `tasks.quality`) and
-exits 1 if any task has a problem.
+The tasks come from a kind's own generator (`--kind io|dataframe|humaneval|<plug-in>`, or
+`--suite`, its older name, where `procedural` means `io`; options as flags or `--options JSON`)
+or a file (`--file tasks.jsonl|tasks.parquet`, any kind: each record is validated by the kind
+that grades it). `check` validates every record (a bad one: exit 1 naming file and line), then
+checks the tasks' quality by their kind (its record checks, the reference passes, the kind's
+trivial answers fail) and exits 1 if any task has a problem.
 """
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ def _csv(kind):
 
 def _source_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where the tasks come from")
-    g.add_argument("--suite", default="procedural",
-                   help="procedural (default), dataframe or humaneval")
-    g.add_argument("--file", help="a task file (.jsonl or .parquet) instead of a suite")
+    g.add_argument("--kind", "--suite", dest="kind", default="io",
+                   help="an environment kind's own tasks: io (default; 'procedural' is the same), "
+                   "dataframe, humaneval, a plug-in (`rollforge envs`) or module:Class")
+    g.add_argument("--options", default=None, metavar="JSON",
+                   help="the kind's options as a JSON object (see `rollforge envs KIND`)")
+    g.add_argument("--file", help="a task file (.jsonl or .parquet, any kind) instead")
     g.add_argument("--families", type=_csv(str), help="comma-separated families (generated suites)")
     g.add_argument("--difficulties", type=_csv(int), help="comma-separated levels, e.g. 1,2,3")
     g.add_argument("--per-family", type=int, default=None, dest="tasks_per_family",
@@ -66,23 +71,52 @@ def register(subparsers) -> None:
     ck.set_defaults(func=_check)
 
 
-def _load(args):
+_OPTION_FLAGS = ("families", "difficulties", "tasks_per_family", "n_tests", "seed",
+                 "heldout_fraction")
+
+
+def _source(args):
+    """The CLI's source: --file, or --kind with its options (flags the kind has, --options)."""
+    import json
+
+    from envs.base import EnvError
+    from envs.registry import kind_class
+    from envs.sources import SourceConfig
     from flows.cli import UsageError
-    from tasks.files import TaskFileError, load_tasks
-    from tasks.suites import load_suite
+
+    kind = "io" if args.kind == "procedural" else args.kind
+    if args.file:
+        return SourceConfig(file=args.file, kind=None if args.kind in ("io", "procedural") else kind)
+    try:
+        fields = kind_class(kind).Config.model_fields
+    except EnvError as exc:
+        raise UsageError(str(exc)) from None
+    options = {f: getattr(args, f) for f in _OPTION_FLAGS
+               if getattr(args, f) is not None and f in fields}
+    given = [f for f in _OPTION_FLAGS if getattr(args, f) is not None and f not in fields]
+    if given:
+        raise UsageError(f"kind {kind!r} has no option {given[0]!r} (see `rollforge envs {kind}`)")
+    if args.options:
+        try:
+            extra = json.loads(args.options)
+        except ValueError as exc:
+            raise UsageError(f"--options: not valid JSON ({exc})") from None
+        if not isinstance(extra, dict):
+            raise UsageError("--options: expected a JSON object")
+        options.update(extra)
+    return SourceConfig(kind=kind, options=options)
+
+
+def _load(args):
+    from envs.base import EnvError
+    from envs.sources import load_source
+    from flows.cli import UsageError
 
     try:
-        if args.file:
-            tasks = load_tasks(args.file)
-        else:
-            tasks = load_suite(args.suite, families=args.families, difficulties=args.difficulties,
-                               tasks_per_family=args.tasks_per_family, n_tests=args.n_tests,
-                               seed=args.seed, heldout_fraction=args.heldout_fraction)
-    except TaskFileError as exc:
-        if args.tasks_command == "check":
+        tasks = load_source(_source(args))
+    except EnvError as exc:
+        if args.tasks_command == "check" and args.file:
             raise
-        raise UsageError(str(exc)) from None
-    except ValueError as exc:
         raise UsageError(str(exc)) from None
     if args.split:
         tasks = [t for t in tasks if t.split == args.split]
@@ -108,7 +142,7 @@ def _list(args) -> int:
     for t in tasks[: args.limit]:
         ref = "ref" if t.reference is not None else "no-ref"
         print(f"{t.task_id}\t{t.suite}\t{t.family}\td{t.difficulty}\t{t.split}\t"
-              f"{len(t.tests)} tests\t{ref}\t{t.verifier}")
+              f"{len(t.tests)} tests\t{ref}\t{t.kind}")
     return 0
 
 
@@ -124,13 +158,17 @@ def _show(args) -> int:
         print(task.model_dump_json(indent=2))
         return 0
     print(f"# {task.task_id}  suite={task.suite} family={task.family} "
-          f"difficulty={task.difficulty} split={task.split} verifier={task.verifier}")
+          f"difficulty={task.difficulty} split={task.split} kind={task.kind}")
     print("## prompt\n" + task.prompt)
     print("## reference\n" + (task.reference if task.reference is not None
                                else "(none: verification-only)\n"))
     print(f"## hidden tests ({len(task.tests)})")
     for c in task.tests:
         print(f"{task.entry_point}{tuple(c.args)!r} -> {c.expected!r}")
+    if task.payload:
+        import json
+
+        print("## payload\n" + json.dumps(task.payload, indent=2))
     return 0
 
 
@@ -148,12 +186,14 @@ def _export(args) -> int:
 
 
 def _check(args) -> int:
-    from tasks.files import TaskFileError
-    from tasks.quality import check_tasks, check_tests_consistent, dedupe, find_split_leaks
+    from envs.base import EnvError
+    from envs.registry import env_for_task
+    from tasks.quality import check_tasks, dedupe, find_split_leaks
 
     try:
         tasks = _load(args)
-    except TaskFileError as exc:
+        env = _source(args).environment()
+    except EnvError as exc:
         print(f"rollforge tasks check: bad record: {exc}", file=sys.stderr)
         return 1
     failed = 0
@@ -164,17 +204,19 @@ def _check(args) -> int:
     for leak in leaks:
         print(f"LEAK {leak}")
     if args.no_exec:
-        checks = [(t.task_id, check_tests_consistent(t)) for t in tasks]
+        checks = [(t.task_id, (env or env_for_task(t)).problems(t)) for t in tasks]
     else:
         from sandbox.config import SandboxConfig
         from sandbox.registry import make_sandbox
 
         cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}),
-                            site_packages=any(t.verifier == "dataframe" for t in tasks))
+                            site_packages=any((env or env_for_task(t)).site_packages
+                                              for t in tasks))
         sandbox = make_sandbox(cfg)
         try:
             checks = [(c.task_id, list(c.problems))
-                      for c in check_tasks(tasks, sandbox, cfg.limits(), workers=args.workers)]
+                      for c in check_tasks(tasks, sandbox, cfg.limits(), workers=args.workers,
+                                           env=env)]
         finally:
             sandbox.close()
     for task_id, problems in checks:

@@ -10,7 +10,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from flows.episode_config import EpisodeConfig
+from envs.agent import EpisodeConfig
+from envs.sources import SourceConfig
 from rewards.aggregate import RewardConfig
 from sandbox.config import SandboxConfig
 from training.config import PolicyConfig, RLConfig, SamplingConfig, SFTConfig
@@ -19,9 +20,18 @@ DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "default.y
 
 
 class TaskConfig(BaseModel):
-    """Which problems the run trains and evaluates on (the procedural suite)."""
+    """Which problems the run trains and evaluates on, and how they are drawn.
+
+    `sources` lists where tasks come from (envs/sources.py); without it, the run has one
+    source named `procedural`: the procedural suite made from the fields below (played as
+    agent episodes when `episodes.enabled`)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    sources: list[SourceConfig] | None = Field(
+        None, description="task sources, each a kind's own tasks or a task file, with a weight "
+        "in the draw, filters and an optional re-split (envs/sources.py); null: the procedural "
+        "suite of the fields below")
 
     families: list[str] = Field(default_factory=lambda: ["add", "mul", "filter_gt", "repeat"],
                                 min_length=1, description="procedural families in the pool")
@@ -94,6 +104,9 @@ class RunConfig(BaseModel):
         if self.episodes.enabled and self.episodes.action_tokens >= self.policy.max_len:
             raise ValueError(f"episodes.action_tokens={self.episodes.action_tokens} leaves no room "
                              f"for the prompt in policy.max_len={self.policy.max_len}")
+        if self.tasks.sources is not None and not self.tasks.sources:
+            raise ValueError("tasks.sources is empty: give at least one source, or null for "
+                             "the procedural suite")
         if self.policy.n_embd % self.policy.n_head:
             raise ValueError(f"policy.n_embd={self.policy.n_embd} must be divisible by "
                              f"policy.n_head={self.policy.n_head}")
@@ -116,6 +129,8 @@ class RunConfig(BaseModel):
         d["sandbox"].pop("fork_server", None)
         if d["tasks"].get("function_name") is None:
             d["tasks"].pop("function_name", None)
+        if d["tasks"].get("sources") is None:  # the implicit source: as before sources existed
+            d["tasks"].pop("sources", None)
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)
@@ -181,9 +196,32 @@ def validate_config(raw: dict) -> RunConfig:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError(_format_errors(err)) from None
+    from envs.base import EnvError  # noqa: PLC0415
+    from envs.sources import build_pool  # noqa: PLC0415
     from tasks.procedural import FAMILIES  # noqa: PLC0415
 
     unknown = sorted(set(cfg.tasks.families) - set(FAMILIES))
     if unknown:
         raise ConfigError(f"tasks.families: unknown {unknown}; expected some of {sorted(FAMILIES)}")
+    try:  # every source loads (kinds import, options and records validate) before a run starts
+        pool = build_pool(task_sources(cfg))
+    except EnvError as exc:
+        raise ConfigError(str(exc)) from None
+    if not any(t.split == "train" for t in pool):
+        raise ConfigError("tasks: the sources hold no training tasks")
     return cfg
+
+
+def task_sources(cfg: RunConfig) -> list[SourceConfig]:
+    """The run's sources: `tasks.sources`, or the implicit procedural one."""
+    if cfg.tasks.sources is not None:
+        return list(cfg.tasks.sources)
+    t = cfg.tasks
+    procedural = dict(families=t.families, difficulties=t.difficulties,
+                      tasks_per_family=t.tasks_per_family, n_tests=t.n_tests,
+                      heldout_fraction=t.heldout_fraction, seed=t.seed,
+                      function_name=t.function_name, sft_variants=t.sft_variants)
+    if cfg.episodes.enabled:
+        options = {**cfg.episodes.model_dump(mode="json"), "procedural": procedural}
+        return [SourceConfig(name="procedural", kind="agent", options=options)]
+    return [SourceConfig(name="procedural", kind="io", options=procedural)]

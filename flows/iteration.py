@@ -1,5 +1,6 @@
-"""The Prefect flow: SFT warm start, then N iterations of
-generate_tasks -> sample_completions -> run_rollouts (Dask shards) -> score ->
+"""The Prefect flow, the one loop for every kind of environment and turn count: SFT warm start,
+then N iterations of generate_tasks -> episodes [sample_completions -> run_rollouts (Dask
+shards), once per turn] -> score ->
 [refill rounds: the same again for the groups dynamic sampling dropped] ->
 write_trajectories -> update_policy -> checkpoint.
 
@@ -28,12 +29,16 @@ from prefect.tasks import exponential_backoff
 from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
-from flows.rollouts import (Executed, close_clients, cluster_description, dask_client,
-                            execute_many, queue_snapshot, shard_deadline_s, total_threads)
+from flows.episode_exec import Stepped, step_deadline_s, step_many
+from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
+                            total_threads)
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
-from training.generate import Sample, sample
+from training.episodes import sample_actions
+from training.generate import Sample
+from training.policy import tokenizer_of
 from training.trainer import RLSample, grpo_update, policy_for_sampling, sft_warm_start
 
 CODE_VERSION = stages.code_version()
@@ -87,16 +92,54 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
 
 @_stage("sft_warm_start", retries=1, timeout_s=4 * 3600)
 def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
+    """The warm start on every source's training tasks with references: (prompt, reference)
+    pairs of the single-turn kinds, action-format demonstrations through the real environment
+    (steps on Dask) of the multi-turn ones (`episodes.sft_demos`)."""
     if checkpoints.exists(cfg.run_dir, 0):
         return {"sft/reused": True}
-    if cfg.episodes.enabled and cfg.episodes.sft_demos:  # action-format demonstrations
-        from flows.episodes import sft_stage_episodes  # noqa: PLC0415 (it imports this module)
+    prompts, refs, demos = [], [], []
+    for src, tasks in stages.sft_data(cfg):
+        env = src.environment()
+        if env is not None and env.max_turns > 1:
+            if getattr(env.config, "sft_demos", False):
+                demos += _demos(cfg, src, env, tasks)
+            continue
+        prompts += [t.prompt for t in tasks]
+        refs += [t.reference for t in tasks]
+    out = sft_warm_start(cfg.run_dir, prompts, refs, cfg.policy, cfg.sft, cfg.rl, cfg.seed,
+                         demos=demos or None)
+    if demos:
+        out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
+    return out
 
-        c = cfg.cluster
-        return sft_stage_episodes(cfg, dask_client(c.address, c.n_workers, c.threads_per_worker))
-    train = [t for t in stages.sft_tasks(cfg.tasks) if t.reference]
-    return sft_warm_start(cfg.run_dir, [t.prompt for t in train], [t.reference for t in train],
-                          cfg.policy, cfg.sft, cfg.rl, cfg.seed)
+
+def _demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
+    """The agent kind's demonstrations: a naive first attempt through the real environment
+    (at least two turns, so the fix has one), then the fix."""
+    from envs.registry import make_env  # noqa: PLC0415
+    from flows.episodes import build_demos  # noqa: PLC0415
+    from tasks.families.edges import first_attempts  # noqa: PLC0415
+    from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
+    from training.policy import _split_gguf  # noqa: PLC0415
+
+    p = cfg.policy
+    if p.model_path is None:
+        tok = ByteTokenizer()
+    else:
+        folder, gguf = _split_gguf(p.model_path)
+        tok = load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
+    demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
+    pc = env.config.procedural
+    naive = {} if src.file else first_attempts(pc.families, pc.difficulties, pc.tasks_per_family,
+                                               pc.seed, pc.sft_variants)
+    c = cfg.cluster
+    client = dask_client(c.address, c.n_workers, c.threads_per_worker)
+
+    def step_fn(turn, items):
+        return step_many(client, items, cfg.sandbox, cfg.rewards,
+                         timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
+
+    return build_demos(tasks, naive, demo_env, tok, step_fn)
 
 
 @_stage("generate_tasks", timeout_s=600)
@@ -106,35 +149,44 @@ def generate_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger,
     return stages.pick_tasks(cfg, iteration, round_, n, ledger, exclude)
 
 
+def _salt(round_: int | str, turn: int, k: int) -> str:
+    """The sampling seed's salt: the first call of a round's first turn keeps the salt the
+    single-turn loop always had (rollout, rollout:<r>, eval), so its samples stay the same."""
+    base = {"eval-sampled": "eval"}.get(str(round_), "rollout" if round_ == 0 else f"rollout:{round_}")
+    return base if turn == 1 and k == 0 else f"{base}:turn{turn}:{k}"
+
+
 @_stage("sample_completions", timeout_s=3600)
-def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int,
-                       batch: list[Task]) -> tuple[list[Sample], float]:
+def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int | str,
+                       turn: int, k: int, contexts: list[list[int]], max_new_tokens: int,
+                       greedy: bool) -> tuple[list[Sample], float]:
+    """The next action of every live episode of a round's turn, in batches, where the policy
+    lives (this process)."""
     model = policy_for_sampling(cfg.run_dir, version)
     s = cfg.sampling
-    prompts = [t.prompt for t in batch for _ in range(s.group_size)]
-    salt = "rollout" if round_ == 0 else f"rollout:{round_}"
+    gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
     t0 = time.perf_counter()
-    out = sample(model, prompts, s.max_new_tokens, s.temperature, s.top_p, batch_size=s.batch_size,
-                 generator=stages.sampling_generator(cfg.seed, iteration, salt))
+    out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p, greedy=greedy,
+                         batch_size=s.batch_size, generator=gen)
     return out, time.perf_counter() - t0
 
 
 @_stage("run_rollouts", retries=3, timeout_s=None)
-def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, shard: int,
-                 items: list[tuple[Task, str]], deadline_s: float) -> list[Executed]:
-    """One shard: its executions fan out on the Dask cluster (a plain `Client.map`); a shard
-    not done by `deadline_s` is cancelled and retried."""
+def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int | str, shard: int,
+                 turn: int, items: list, deadline_s: float) -> list[Stepped]:
+    """One shard of environment steps (a single-turn kind's step grades the answer): they fan
+    out on the Dask cluster (a plain `Client.map`); a shard not done by `deadline_s` is
+    cancelled and retried."""
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-    return execute_many(client, items, cfg.sandbox, cfg.rewards, timeout_s=deadline_s)
+    return step_many(client, items, cfg.sandbox, cfg.rewards, timeout_s=deadline_s)
 
 
 @_stage("score", timeout_s=1800)
-def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, batch: list[Task],
-                   samples: list[Sample], executed: list[Executed], gen_time_s: float,
+def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, episodes: list,
                    group_offset: int) -> list[dict]:
-    return stages.build_rows(cfg, iteration, version, batch, samples, executed, gen_time_s,
-                             cfg.hash(), group_offset)
+    return episode_rows(cfg, iteration, version, episodes, cfg.sampling.group_size, cfg.hash(),
+                        group_offset)
 
 
 @_stage("write_trajectories", timeout_s=1800)
@@ -154,42 +206,9 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
                         reward=r["reward"], group_id=r["group_id"],
                         completion_mask=r.get("completion_mask")) for r in rows]
-    replay = stages.replay_pairs(cfg.tasks) if cfg.rl.replay_coef > 0 else ()
+    replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
     return grpo_update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
                        cfg.sampling.temperature, cfg.seed, replay)
-
-
-@_stage("evaluate", timeout_s=3600)
-def evaluate(cfg: RunConfig, version: int) -> dict:
-    """Held-out pass rate of one policy version: greedy (1 per task) and sampled (k per task)."""
-    return pass_rates_on(cfg, version, stages.heldout_tasks(cfg.tasks), "heldout")
-
-
-def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) -> dict:
-    """Pass rates of one policy version on `tasks`, greedy (1 per task) and sampled
-    (`tasks.heldout_samples` per task), overall and per family, as `<prefix>/...` metrics."""
-    model = policy_for_sampling(cfg.run_dir, version)
-    k, s = cfg.tasks.heldout_samples, cfg.sampling
-    c = cfg.cluster
-    client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-    greedy = sample(model, [t.prompt for t in tasks], s.max_new_tokens, greedy=True,
-                    batch_size=s.batch_size)
-    sampled = sample(model, [t.prompt for t in tasks for _ in range(k)], s.max_new_tokens,
-                     s.temperature, s.top_p, batch_size=s.batch_size,
-                     generator=stages.sampling_generator(cfg.seed, version, "eval"))
-    items = ([(t, g.text) for t, g in zip(tasks, greedy)]
-             + [(tasks[i // k], x.text) for i, x in enumerate(sampled)])
-    ex = execute_many(client, items, cfg.sandbox, cfg.rewards,
-                      timeout_s=shard_deadline_s(len(items), cfg.sandbox, total_threads(client)))
-    g_rates = stages.pass_rates(tasks, ex[:len(tasks)], 1)
-    s_rates = stages.pass_rates(tasks, ex[len(tasks):], k)
-    out = {f"{prefix}/tasks": len(tasks), f"{prefix}/pass_greedy": g_rates.get("all", math.nan),
-           f"{prefix}/pass_sampled": s_rates.get("all", math.nan)}
-    for fam in sorted(set(t.family for t in tasks)):
-        out[f"{prefix}/{fam}/pass_greedy"] = g_rates.get(fam, math.nan)
-        out[f"{prefix}/{fam}/pass_sampled"] = s_rates.get(fam, math.nan)
-        out[f"{prefix}/{fam}/tasks"] = sum(t.family == fam for t in tasks)
-    return out
 
 
 @_stage("checkpoint", retries=2, timeout_s=600)
@@ -254,51 +273,76 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
         print(cluster_description(client))
         t0 = time.perf_counter()
         sft = sft_stage.with_options(**opts)(cfg, 0)
-        baseline = _evaluate(cfg, 0, opts, client)
+        baseline = evaluate_policy(cfg, 0, opts, client)
         log.info(f"SFT start (v0): held-out pass greedy {baseline['heldout/pass_greedy']:.3f}, "
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
         for it in range(start, cfg.iterations):
             metrics = run_iteration(cfg, it, opts, log, client)
             publish_iteration(cfg, it, metrics, log, baseline)
-        final = _evaluate(cfg, cfg.iterations, opts, client)
+        final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
         close_clients()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
             "iterations": cfg.iterations}
 
 
-def _rollouts(cfg: RunConfig, it: int, v: int, rnd: int, items: list, opts: dict, client,
-              queue: list[dict]) -> list[Executed]:
-    """Submit the round's shards (one Prefect task each, run in threads) and, while they run,
-    sample the scheduler's queue lengths every quarter second (a stage shorter than that
-    records none)."""
-    size = cfg.cluster.shard_size
-    deadline = shard_deadline_s(len(items), cfg.sandbox, total_threads(client))
-    runner = run_rollouts.with_options(**opts)
-    futures = [runner.submit(cfg, it, v, rnd, k, items[i:i + size], deadline)
-               for k, i in enumerate(range(0, len(items), size))]
-    while wait_futures(futures, timeout=0.25).not_done:
-        try:
-            queue.append(queue_snapshot(client))
-        except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
-            pass
-    return [e for f in futures for e in f.result()]
+class _Play:
+    """The stages one round of episodes runs through: the policy's turns in the sample stage,
+    the environment's in rollout shards (one Prefect task each, run in threads) while the
+    scheduler's queue lengths are sampled every quarter second."""
+
+    def __init__(self, cfg: RunConfig, it: int, v: int, rnd: int | str, greedy: bool,
+                 opts: dict, client) -> None:
+        self.cfg, self.it, self.v, self.rnd, self.greedy = cfg, it, v, rnd, greedy
+        self.opts, self.client = opts, client
+        self.queue: list[dict] = []
+        self.stepped: list[Stepped] = []
+        self.times = {"sample": 0.0, "run_rollouts": 0.0}
+
+    def sample(self, turn, contexts, _episodes, max_new_tokens, k):
+        t = time.perf_counter()
+        out, _ = sample_completions.with_options(**self.opts)(
+            self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens, self.greedy)
+        self.times["sample"] += time.perf_counter() - t
+        return out
+
+    def step(self, turn, items):
+        t = time.perf_counter()
+        cfg, size = self.cfg, self.cfg.cluster.shard_size
+        runner = run_rollouts.with_options(**self.opts)
+        threads = total_threads(self.client)
+        futures = [runner.submit(cfg, self.it, self.v, self.rnd, k, turn, items[i:i + size],
+                                 step_deadline_s(items[i:i + size], cfg.sandbox, threads))
+                   for k, i in enumerate(range(0, len(items), size))]
+        while wait_futures(futures, timeout=0.25).not_done:
+            try:
+                self.queue.append(queue_snapshot(self.client))
+            except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
+                pass
+        out = [r for f in futures for r in f.result()]
+        self.stepped += out
+        self.times["run_rollouts"] += time.perf_counter() - t
+        return out
+
+    def play(self, tasks: list[Task], group: int) -> list[Episode]:
+        cfg = self.cfg
+        tok = tokenizer_of(policy_for_sampling(cfg.run_dir, self.v))
+        env = stages.env_of(cfg)
+        return play(tasks, [env(t) for t in tasks], group, cfg.policy.max_len, tok,
+                    cfg.sampling.max_new_tokens, self.sample, self.step)
 
 
-def _evaluate(cfg: RunConfig, version: int, opts: dict, client) -> dict:
-    """Held-out pass rates: of one-shot completions, or of episodes in episode mode."""
-    if cfg.episodes.enabled:
-        from flows.episodes import evaluate_episodes  # noqa: PLC0415
-
-        return evaluate_episodes(cfg, version, opts, client)
-    return evaluate.with_options(**opts)(cfg, version)
+def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client) -> dict:
+    """Held-out pass rates of one policy version: greedy (1 episode per task) and sampled
+    (`tasks.heldout_samples` per task), overall, per family and per source."""
+    tasks = stages.heldout_tasks(cfg)
+    greedy = _Play(cfg, version, version, "eval-greedy", True, opts, client).play(tasks, 1)
+    sampled = _Play(cfg, version, version, "eval-sampled", False, opts, client).play(
+        tasks, cfg.tasks.heldout_samples)
+    return heldout_metrics(tasks, greedy, sampled)
 
 
 def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
-    if cfg.episodes.enabled:  # multi-turn agent episodes (flows/episodes.py)
-        from flows.episodes import run_episode_iteration  # noqa: PLC0415
-
-        return run_episode_iteration(cfg, it, opts, log, client)
     v = it  # iteration i samples with policy version i and publishes version i + 1
     timings: dict[str, float] = {}
 
@@ -314,7 +358,8 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
     timings["time/ledger_s"] = time.perf_counter() - t
     G, want = cfg.sampling.group_size, cfg.tasks.tasks_per_iteration
     rows: list[dict] = []
-    executed: list[Executed] = []
+    episodes: list[Episode] = []
+    stepped: list[Stepped] = []
     used: list[str] = []
     queue: list[dict] = []
     rounds, kept_groups, first_share = 0, 0, math.nan
@@ -327,14 +372,14 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
         if not batch:
             break
         used += [t.task_id for t in batch]
-        samples, gen_s = timed("sample", sample_completions, cfg, it, v, rnd, batch)
-        items = [(batch[i // G], s.text) for i, s in enumerate(samples)]
-        t = time.perf_counter()
-        round_exec = _rollouts(cfg, it, v, rnd, items, opts, client, queue)
-        timings["time/run_rollouts_s"] = timings.get("time/run_rollouts_s", 0.0) + time.perf_counter() - t
-        executed += round_exec
-        rows += timed("score", score_rollouts, cfg, it, v, rnd, batch, samples, round_exec, gen_s,
-                      len(rows) // G)
+        round_play = _Play(cfg, it, v, rnd, False, opts, client)
+        eps = round_play.play(batch, G)
+        for name, sec in round_play.times.items():
+            timings[f"time/{name}_s"] = timings.get(f"time/{name}_s", 0.0) + sec
+        queue += round_play.queue
+        stepped += round_play.stepped
+        episodes += eps
+        rows += timed("score", score_rollouts, cfg, it, v, rnd, eps, len(rows) // G)
         rounds += 1
         keep = stages.informative_row_mask(rows)
         kept_groups = len({r["group_id"] for r, k in zip(rows, keep) if k})
@@ -345,8 +390,8 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
                   if cfg.tasks.dynamic_sampling else rows)
     train = timed("update_policy", update_policy, cfg, it, v, train_rows)
     groups = len(rows) // G
-    metrics = {**stages.rollout_metrics(rows), **train, **timings,
-               **stages.execution_metrics(executed, timings["time/run_rollouts_s"],
+    metrics = {**stages.rollout_metrics(rows), **episode_metrics(episodes), **train, **timings,
+               **stages.execution_metrics(stepped, timings.get("time/run_rollouts_s", 0.0),
                                           total_threads(client), queue),
                "curriculum/rounds": rounds, "curriculum/groups_generated": groups,
                "curriculum/groups_informative": kept_groups,
@@ -355,14 +400,22 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
                "curriculum/groups_trained": len({r["group_id"] for r in train_rows}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
                                               if rows else math.nan)}
+    for src in sorted({r["source"] for r in rows if r["source"]}):
+        mine = [r for r in rows if r["source"] == src]
+        metrics[f"rollout/source/{src}/count"] = len(mine)
+        metrics[f"rollout/source/{src}/mean_reward"] = stages.rollout_metrics(mine)["rollout/mean_reward"]
     if _eval_due(cfg, it):
-        metrics.update(timed("evaluate", evaluate, cfg, v + 1))
-        metrics["time/evaluate_s"] = timings["time/evaluate_s"]  # taken after the copy above
+        t = time.perf_counter()
+        metrics.update(evaluate_policy(cfg, v + 1, opts, client))
+        metrics["time/evaluate_s"] = time.perf_counter() - t
     metrics["policy_version"] = v + 1
     metrics["time/iteration_s"] = time.perf_counter() - t_iter
     checkpoint.with_options(**opts)(cfg, it, v, metrics)
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
            f"train pass {metrics['rollout/pass_rate']:.3f}")
+    if "episode/turns_mean" in metrics:
+        msg += (f", episode turns {metrics['episode/turns_mean']:.2f}, submitted "
+                f"{metrics['episode/end_submit']:.2f}")
     if "heldout/pass_sampled" in metrics:
         msg += (f", held-out pass greedy {metrics['heldout/pass_greedy']:.3f} "
                 f"sampled {metrics['heldout/pass_sampled']:.3f}")
@@ -397,7 +450,7 @@ def evaluate_flow(run_dir: str = "runs/default", version: int | None = None) -> 
         c = cfg.cluster
         client = dask_client(c.address, c.n_workers, c.threads_per_worker)
         print(cluster_description(client))
-        out = _evaluate(cfg, version, opts, client)
+        out = evaluate_policy(cfg, version, opts, client)
     finally:
         close_clients()
     publish_evaluation(cfg, version, out, get_run_logger())

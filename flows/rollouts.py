@@ -1,20 +1,14 @@
-"""Rollout execution on Dask: what runs on the workers, and the client the flow holds.
-
-Workers never load the policy: they receive (task, completion) pairs, run the tests in a
-sandbox kept per worker process, and send back the `RewardBreakdown`.
+"""The Dask side of execution: the client the flow holds, the sandbox each worker keeps, and a
+bounded `Client.map`. Workers never load the policy: they receive episode steps
+(flows/episode_exec.py), run them in their sandbox and send back the results.
 """
 from __future__ import annotations
 
 import threading
-import time
-from dataclasses import dataclass
 
-from rewards.aggregate import RewardBreakdown, RewardConfig
-from rewards.score import score
 from sandbox.base import Sandbox
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.record import Task
 
 _SANDBOXES: dict[str, Sandbox] = {}
 _SANDBOX_LOCK = threading.Lock()
@@ -27,23 +21,6 @@ def _sandbox(cfg: SandboxConfig) -> Sandbox:
         if key not in _SANDBOXES:
             _SANDBOXES[key] = make_sandbox(cfg)
         return _SANDBOXES[key]
-
-
-@dataclass(frozen=True)
-class Executed:
-    breakdown: RewardBreakdown
-    score_time_s: float  # wall time of the whole verification, sandbox start included
-    backend: str
-    image_digest: str | None
-
-
-def execute_one(task: Task, completion: str, sandbox_cfg: SandboxConfig,
-                reward_cfg: RewardConfig) -> Executed:
-    t0 = time.perf_counter()
-    sandbox = _sandbox(sandbox_cfg)
-    breakdown, _ = score(task, completion, sandbox, sandbox_cfg.limits(), reward_cfg)
-    return Executed(breakdown, time.perf_counter() - t0, sandbox.name,
-                    getattr(sandbox, "image_digest", None))
 
 
 _CLIENTS: dict[str, object] = {}
@@ -114,20 +91,6 @@ class ShardTimeout(TimeoutError):
     """A shard's executions did not all finish within its deadline (a hung worker or sandbox)."""
 
 
-def execute_many(client, items: list[tuple[Task, str]], sandbox_cfg: SandboxConfig,
-                 reward_cfg: RewardConfig, timeout_s: float | None = None) -> list[Executed]:
-    """Fan `items` out over the cluster (one Dask task each) and gather them in order.
-
-    A worker that dies mid-shard costs nothing but time: the scheduler hands its tasks to
-    another worker. Waiting is bounded by `timeout_s`: past it the shard's tasks are
-    cancelled and `ShardTimeout` is raised (the Prefect stage then retries it)."""
-    if not items:
-        return []
-    return map_within(client, execute_one, [t for t, _ in items], [c for _, c in items],
-                      timeout_s=timeout_s, what="executions", sandbox_cfg=sandbox_cfg,
-                      reward_cfg=reward_cfg)
-
-
 def map_within(client, fn, *iterables, timeout_s: float | None, what: str, **kwargs) -> list:
     """`client.map(fn, *iterables, **kwargs)` gathered in order; past `timeout_s` the tasks are
     cancelled and `ShardTimeout` raised, naming how many `what` were unfinished."""
@@ -143,9 +106,3 @@ def map_within(client, fn, *iterables, timeout_s: float | None, what: str, **kwa
                            f"{timeout_s:.0f}s") from None
     return client.gather(futures)
 
-
-def shard_deadline_s(n_items: int, sandbox_cfg: SandboxConfig, threads: int) -> float:
-    """How long a shard may take before it counts as hung: every execution hitting its own
-    sandbox limit, one after another on the threads there are, twice over, plus a minute."""
-    waves = -(-n_items // max(1, threads))
-    return 60.0 + 2.0 * waves * (sandbox_cfg.timeout_s + 5.0)

@@ -14,16 +14,16 @@ import numpy as np
 import pandas as pd
 import torch
 
-from flows.config import RunConfig, TaskConfig
-from flows.rollouts import Executed
-from rewards.aggregate import group_advantages
+from envs.base import Environment
+from envs.registry import env_for_task
+from envs.sources import SourceConfig, allocate, build_pool, sft_tasks_of
+from flows.config import RunConfig, task_sources
+from flows.episode_exec import Stepped
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
-from tasks.procedural import generate_suite, training_instances
 from tasks.record import Task
-from training.generate import Sample
 
-_CODE_FILES = ("flows", "tasks", "sandbox", "rewards", "storage", "training")
+_CODE_FILES = ("envs", "flows", "tasks", "sandbox", "rewards", "storage", "training")
 
 
 def code_version() -> str:
@@ -37,29 +37,43 @@ def code_version() -> str:
     return h.hexdigest()[:12]
 
 
-def task_pool(cfg: TaskConfig) -> list[Task]:
-    return generate_suite(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
-                          cfg.seed, cfg.heldout_fraction, function_name=cfg.function_name)
+def task_pool(cfg: RunConfig) -> list[Task]:
+    """Every task of the run's sources, each labelled with its source (envs/sources.py)."""
+    return build_pool(task_sources(cfg))
 
 
-def sft_tasks(cfg: TaskConfig) -> list[Task]:
-    """The warm start's data: training-split tasks drawn with `sft_variants` seeds (more
-    constants and fresh examples per family), never a held-out task."""
-    return training_instances(cfg.families, cfg.difficulties, cfg.tasks_per_family, cfg.n_tests,
-                              cfg.seed, cfg.heldout_fraction, cfg.sft_variants,
-                              function_name=cfg.function_name)
+def env_of(cfg: RunConfig):
+    """task -> the environment that plays it: its source's kind, else the task's own."""
+    by_source = {s.label: s.environment() for s in task_sources(cfg)}
+
+    def env(task: Task) -> Environment:
+        return by_source.get(task.source) or env_for_task(task)
+    return env
 
 
-def replay_pairs(cfg: TaskConfig) -> tuple[tuple[str, str], ...]:
-    """(prompt, reference) of the warm start's data, for `rl.replay_coef`: built once per
-    process and config (about a second for the default mix)."""
-    return _replay_pairs(cfg.model_dump_json())
+def sft_data(cfg: RunConfig) -> list[tuple[SourceConfig, list[Task]]]:
+    """The warm start's tasks per source: training-split tasks with a reference (for the
+    procedural functions, drawn with `sft_variants` seeds; never a held-out task)."""
+    return [(s, sft_tasks_of(s)) for s in task_sources(cfg)]
+
+
+def replay_pairs(cfg: RunConfig) -> tuple[tuple[str, str], ...]:
+    """(prompt, reference) of the single-turn warm start's data, for `rl.replay_coef`: built
+    once per process and sources (about a second for the default mix)."""
+    return _replay_pairs(json.dumps([s.model_dump(mode="json") for s in task_sources(cfg)],
+                                    sort_keys=True))
 
 
 @functools.lru_cache(maxsize=4)
-def _replay_pairs(cfg_json: str) -> tuple[tuple[str, str], ...]:
-    tasks = sft_tasks(TaskConfig.model_validate_json(cfg_json))
-    return tuple((t.prompt, t.reference) for t in tasks if t.reference)
+def _replay_pairs(sources_json: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for raw in json.loads(sources_json):
+        src = SourceConfig.model_validate(raw)
+        env = src.environment()
+        if env is not None and env.max_turns > 1:
+            continue  # an agent source's warm start is demonstrations, not pairs
+        out += [(t.prompt, t.reference) for t in sft_tasks_of(src) if t.reference]
+    return tuple(out)
 
 
 def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
@@ -86,15 +100,26 @@ def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
 def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.DataFrame,
                exclude: list[str]) -> list[Task]:
     """`n` distinct training tasks for round `round_` of `iteration` (round 0: the batch; later
-    rounds refill dropped groups), drawn by the curriculum sampler from the ledger, never one
-    in `exclude`. Seeded by (run seed, iteration, round), so a resumed run draws the same."""
+    rounds refill dropped groups), shared out over the sources by weight, each source's drawn
+    by the curriculum sampler from the ledger, never one in `exclude`. Seeded by (run seed,
+    iteration, round[, source]), so a resumed run draws the same."""
     ccfg = curriculum_config(cfg)
-    pool = task_pool(cfg.tasks)
-    if not any(t.split == "train" for t in pool):
-        raise ValueError("the task pool has no training tasks; raise tasks.tasks_per_family")
-    seed = int(hashlib.sha256(f"{cfg.seed}:{iteration}:{round_}:tasks".encode()).hexdigest()[:12], 16)
-    return sample_batch(pool, DifficultyLedger.from_frame(ledger, ccfg), n,
-                        np.random.default_rng(seed), ccfg, exclude=exclude)
+    pool = task_pool(cfg)
+    sources = [s for s in task_sources(cfg)
+               if any(t.source == s.label and t.split == "train" for t in pool)]
+    if not sources:
+        raise ValueError("the task pool has no training tasks")
+    ledger_ = DifficultyLedger.from_frame(ledger, ccfg)
+    out: list[Task] = []
+    for src, k in zip(sources, allocate(n, [s.weight for s in sources])):
+        if k == 0:
+            continue
+        salt = "" if len(sources) == 1 else f":{src.label}"
+        seed = int(hashlib.sha256(f"{cfg.seed}:{iteration}:{round_}:tasks{salt}".encode())
+                   .hexdigest()[:12], 16)
+        out += sample_batch([t for t in pool if t.source == src.label], ledger_, k,
+                            np.random.default_rng(seed), ccfg, exclude=exclude)
+    return out
 
 
 def informative_row_mask(rows: list[dict]) -> np.ndarray:
@@ -105,7 +130,7 @@ def informative_row_mask(rows: list[dict]) -> np.ndarray:
                               np.array([r["group_id"] for r in rows]))
 
 
-def heldout_tasks(cfg: TaskConfig) -> list[Task]:
+def heldout_tasks(cfg: RunConfig) -> list[Task]:
     return [t for t in task_pool(cfg) if t.split == "heldout"]
 
 
@@ -113,38 +138,6 @@ def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
     g = torch.Generator()
     g.manual_seed(int(hashlib.sha256(f"{seed}:{iteration}:{salt}".encode()).hexdigest()[:12], 16))
     return g
-
-
-def build_rows(cfg: RunConfig, iteration: int, version: int, tasks: list[Task],
-               samples: list[Sample], executed: list[Executed], gen_time_s: float,
-               config_hash: str, group_offset: int = 0) -> list[dict]:
-    """One trajectory row per rollout, with GRPO advantages computed over each task's group.
-    Groups are numbered from `group_offset` (refill rounds continue the iteration's count)."""
-    G = cfg.sampling.group_size
-    rewards = np.array([e.breakdown.reward for e in executed], dtype=np.float64)
-    groups = np.array([i // G for i in range(len(executed))])
-    adv = group_advantages(rewards, groups, scale=cfg.rl.scale_advantages)
-    rows = []
-    per_sample_gen = gen_time_s / max(1, len(samples))
-    for i, (s, e) in enumerate(zip(samples, executed)):
-        t = tasks[i // G]
-        b = e.breakdown
-        rows.append({
-            "run_id": cfg.run_id, "iteration": iteration, "policy_version": version,
-            "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
-            "split": t.split, "sample_index": i % G, "group_id": f"{iteration}:{group_offset + i // G}",
-            "prompt": t.prompt, "completion": s.text, "prompt_token_ids": s.prompt_ids,
-            "completion_token_ids": s.completion_ids, "sampling_logprobs": s.logprobs,
-            "reward": b.reward, "reward_components": b.components(), "advantage": float(adv[i]),
-            "pass_fraction": b.pass_fraction, "tests_passed": b.tests_passed,
-            "tests_total": b.tests_total, "test_outcomes": list(b.test_outcomes),
-            "status": b.status, "error_type": b.error_type, "hack_flags": list(b.hack_flags),
-            "infra_error": b.infra_error, "sandbox_backend": e.backend,
-            "image_digest": e.image_digest, "gen_time_s": per_sample_gen,
-            "exec_time_s": b.exec_time_s, "score_time_s": e.score_time_s,
-            "config_hash": config_hash,
-        })
-    return rows
 
 
 def rollout_metrics(rows: list[dict]) -> dict:
@@ -166,23 +159,13 @@ def rollout_metrics(rows: list[dict]) -> dict:
     }
 
 
-def pass_rates(tasks: list[Task], executed: list[Executed], k: int) -> dict:
-    """Fraction of (task, sample) pairs solved, overall and per family; `k` samples per task.
-    A sample the sandbox could not score is left out, never counted as a failure."""
-    out: dict[str, list[bool]] = {}
-    for i, e in enumerate(executed):
-        if e.breakdown.infra_error:
-            continue
-        t = tasks[i // k]
-        out.setdefault("all", []).append(e.breakdown.solved)
-        out.setdefault(t.family, []).append(e.breakdown.solved)
-    return {name: float(np.mean(v)) for name, v in out.items()}
-
-
 # -- cache keys ---------------------------------------------------------------------------
 def _canonical(obj):
     """A JSON-able form of a stage input that is the same in every process (no set order, no
     object ids): dataclasses and pydantic models by their fields, frames by their values."""
+    if isinstance(obj, Environment):  # by what it is, not where it lives in memory
+        return ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
+                _canonical(obj.config)]
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return [type(obj).__name__, {f.name: _canonical(getattr(obj, f.name))
                                      for f in dataclasses.fields(obj)}]
@@ -244,12 +227,12 @@ def read_journal(run_dir: str | os.PathLike) -> list[dict]:
 
 
 # -- observability ----------------------------------------------------------------------------
-def execution_metrics(executed: list[Executed], wall_s: float, threads: int,
+def execution_metrics(stepped: list[Stepped], wall_s: float, threads: int,
                       queue_samples: list[dict]) -> dict:
     """Throughput and load of a rollout stage: rollouts/s, sandbox utilisation (busy sandbox
     seconds over the slots the cluster offered) and the scheduler's queue lengths."""
-    busy = sum(e.score_time_s for e in executed)
-    out = {"rollout/per_s": len(executed) / max(1e-9, wall_s),
+    busy = sum(e.seconds for e in stepped)
+    out = {"rollout/per_s": len(stepped) / max(1e-9, wall_s),
            "cluster/threads": threads,
            "sandbox/busy_s": busy,
            "sandbox/utilisation": busy / max(1e-9, wall_s * max(1, threads))}

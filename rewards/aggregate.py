@@ -54,6 +54,7 @@ class RewardBreakdown:
     error_counts: tuple[tuple[str, int], ...] = ()  # exception type -> tests it broke
     memory_exceeded: bool = False
     output_bytes: int = 0
+    test_names: tuple[str, ...] = ()  # what each outcome checked, where the kind names them
 
     @property
     def solved(self) -> bool:
@@ -88,6 +89,7 @@ def aggregate(report: TestReport, cfg: RewardConfig, static: StaticReport | None
         error_counts=tuple(sorted(Counter(report.error_types).items())),
         memory_exceeded=report.status == "memory_exceeded" or "MemoryError" in report.error_types,
         output_bytes=len(res.stdout.encode()) + len(res.stderr.encode()) if res else 0,
+        test_names=tuple(report.test_names),
     )
     if report.infra_error:
         return RewardBreakdown(math.nan, math.nan, 0, total, report.outcomes, report.status,

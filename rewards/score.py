@@ -1,28 +1,24 @@
-"""score(): one completion of one task, in a sandbox, to a RewardBreakdown."""
+"""score(): one answer to one task, in a sandbox, to a RewardBreakdown, by the task's kind.
+
+The kinds live in `envs/` (and in plug-ins); this is the short way in for callers that hold a
+task and an answer but no environment: the curation checks, `rollforge eval`, the episode
+grader."""
 from __future__ import annotations
 
-from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.dataframe_tests import run_dataframe_tests
-from rewards.humaneval_tests import run_humaneval_tests
-from rewards.io_tests import TestReport, run_io_tests
-from rewards.static_checks import check_static
+from rewards.aggregate import RewardBreakdown, RewardConfig
+from rewards.io_tests import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
-
-VERIFIERS = {"io": run_io_tests, "humaneval": run_humaneval_tests,
-             "dataframe": run_dataframe_tests}
 
 
 def score(task: Task, completion: str, sandbox: Sandbox, limits: Limits, cfg: RewardConfig,
           infra_retries: int = 2) -> tuple[RewardBreakdown, TestReport]:
     """Grade `completion`; an infrastructure failure is retried, then reported as NaN reward."""
+    from envs.base import EnvError, StepContext  # noqa: PLC0415 (envs builds on rewards)
+    from envs.registry import env_for_task  # noqa: PLC0415
+
     try:
-        verify = VERIFIERS[task.verifier]
-    except KeyError:
-        raise ValueError(f"task {task.task_id}: verifier={task.verifier!r}; expected one of {sorted(VERIFIERS)}")
-    static = check_static(task.prompt, completion)
-    for _ in range(infra_retries + 1):
-        report = verify(task, completion, sandbox, limits, cfg.per_test_timeout_s)
-        if not report.infra_error:
-            break
-    return aggregate(report, cfg, static), report
+        env = env_for_task(task)
+    except EnvError as exc:
+        raise ValueError(f"task {task.task_id}: {exc}") from None
+    return env.grade(task, completion, StepContext(sandbox, limits, cfg), infra_retries)

@@ -8,6 +8,9 @@ readers fill columns that an older file lacks with null):
   2: multi-turn agent episodes, one row per episode: episode_id, turns, end_reason,
      completion_mask (1 = policy token, 0 = environment token, over completion_token_ids),
      turn_seconds, turn_actions, turn_observations, shaping_reward. Null on single-turn rows.
+  3: one environment API: source (the run config's task source), kind (the environment that
+     played the episode), test_names (what each of test_outcomes checked, where the kind
+     names its checks). episode_id, turns and end_reason are filled on single-turn rows too.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
@@ -78,6 +81,11 @@ _FIELDS = [
     _f("turn_observations", pa.list_(pa.string()), "the environment's reply to each turn, as "
        "the policy saw it (after the token budget)"),
     _f("shaping_reward", pa.float64(), "per-turn shaping included in `reward` (0 when off)"),
+    # -- version 3: one environment API ---------------------------------------------------------
+    _f("source", pa.string(), "task source of the run config the task was drawn from"),
+    _f("kind", pa.string(), "environment kind that played the episode (`rollforge envs`)"),
+    _f("test_names", pa.list_(pa.string()), "what each entry of test_outcomes checked, where "
+       "the kind names its checks; empty otherwise"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})

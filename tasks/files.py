@@ -1,22 +1,23 @@
 """Task files: JSONL (one `Task.model_dump(mode="json")` per line) and Parquet, validated on load.
 
 A bad record is refused with the file and the line (JSONL, 1-based) or row (Parquet, 0-based)
-where it is, and which field is wrong. Export then import gives back equal `Task`s.
+where it is, and which field is wrong: the common fields here, the kind's own (its payload, a
+function's entry point) through the `validate` callback that `envs.sources` passes. Export then
+import gives back equal `Task`s.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from pydantic import ValidationError
 
 from tasks.record import Task
 
 # Parquet holds the nested, heterogeneous JSON values of tests/examples as JSON text columns.
-_JSON_COLUMNS = ("tests", "examples")
+_JSON_COLUMNS = ("tests", "examples", "payload")
 _FORMAT_KEY = b"rollforge.tasks"
 _FORMAT_VERSION = b"1"
 
@@ -41,13 +42,19 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _entry_point_defined(task: Task) -> str | None:
-    if not re.search(rf"^\s*def\s+{re.escape(task.entry_point)}\s*\(", task.prompt, re.M):
-        return f"field 'entry_point': {task.entry_point!r} is not defined by a 'def' in the prompt"
-    return None
+Validate = Callable[[Task], Any]  # raises ValueError naming the field
 
 
-def parse_record(record: Any, path: str | os.PathLike, where: str) -> Task:
+def validate_by_kind(task: Task) -> Task:
+    """The check of the kind that grades the task (`envs`): its payload, a function's entry
+    point; an unknown kind is a bad record too."""
+    from envs.registry import env_for_task  # noqa: PLC0415 (envs builds on tasks)
+
+    return env_for_task(task).validate(task)
+
+
+def parse_record(record: Any, path: str | os.PathLike, where: str,
+                 validate: Validate | None = None) -> Task:
     """Validate one record (a dict) into a Task, or raise TaskFileError naming `where`."""
     if not isinstance(record, dict):
         raise TaskFileError(path, where, f"expected a JSON object, got {type(record).__name__}")
@@ -55,9 +62,11 @@ def parse_record(record: Any, path: str | os.PathLike, where: str) -> Task:
         task = Task.model_validate(record)
     except ValidationError as exc:
         raise TaskFileError(path, where, _describe(exc)) from None
-    problem = _entry_point_defined(task)
-    if problem:
-        raise TaskFileError(path, where, problem)
+    if validate is not None:
+        try:
+            validate(task)
+        except ValueError as exc:
+            raise TaskFileError(path, where, str(exc)) from None
     return task
 
 
@@ -71,7 +80,7 @@ def _check_unique(tasks_where: list[tuple[Task, str]], path: str | os.PathLike) 
     return [t for t, _ in tasks_where]
 
 
-def _load_jsonl(path: Path) -> list[Task]:
+def _load_jsonl(path: Path, validate: Validate | None) -> list[Task]:
     out = []
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, start=1):
@@ -83,18 +92,18 @@ def _load_jsonl(path: Path) -> list[Task]:
             except ValueError as exc:
                 raise TaskFileError(path, where, f"not valid JSON ({exc.msg} at column "
                                                  f"{exc.colno})") from None
-            out.append((parse_record(record, path, where), where))
+            out.append((parse_record(record, path, where, validate), where))
     return _check_unique(out, path)
 
 
-def _load_parquet(path: Path) -> list[Task]:
+def _load_parquet(path: Path, validate: Validate | None) -> list[Task]:
     import pyarrow.parquet as pq
 
     try:
         table = pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a file that is not Parquet
         raise TaskFileError(path, str(path), f"not a readable Parquet file ({exc})") from None
-    missing = sorted({"task_id", "prompt", "tests"} - set(table.column_names))
+    missing = sorted({"task_id", "prompt"} - set(table.column_names))
     if missing:
         raise TaskFileError(path, str(path), f"missing columns {missing}; "
                                              f"expected the Task fields {list(Task.model_fields)}")
@@ -109,23 +118,27 @@ def _load_parquet(path: Path) -> list[Task]:
                 except ValueError as exc:
                     raise TaskFileError(path, where, f"field {col!r}: not valid JSON "
                                                      f"({exc.msg})") from None
-        out.append((parse_record(record, path, where), where))
+        out.append((parse_record(record, path, where, validate), where))
     return _check_unique(out, path)
 
 
 # Columns a Parquet writer may leave null to mean "the default".
-_OPTIONAL_NULLABLE = {"examples", "verifier"}
+_OPTIONAL_NULLABLE = {"examples", "verifier", "kind", "payload", "entry_point", "tests",
+                      "source"}
 
 
-def load_tasks(path: str | os.PathLike) -> list[Task]:
-    """Read a .jsonl or .parquet task file; raise TaskFileError at the first bad record."""
+def load_tasks(path: str | os.PathLike, validate: Validate | None = validate_by_kind
+               ) -> list[Task]:
+    """Read a .jsonl or .parquet task file; raise TaskFileError at the first bad record
+    (`validate(task)` raising ValueError makes a record bad too; by default the check of each
+    record's kind)."""
     p = Path(path)
     if not p.is_file():
         raise TaskFileError(p, str(p), "no such file")
     if p.suffix == ".parquet":
-        return _load_parquet(p)
+        return _load_parquet(p, validate)
     if p.suffix in (".jsonl", ".json", ".ndjson"):
-        return _load_jsonl(p)
+        return _load_jsonl(p, validate)
     raise TaskFileError(p, str(p), f"unknown extension {p.suffix!r}; expected .jsonl or .parquet")
 
 

@@ -20,7 +20,6 @@ from typing import Any, Iterable, Sequence
 
 from tasks.record import Task
 
-TRIVIAL_COMPLETIONS = {"pass": "    pass\n"}
 # Verifiers that compare returned values with `expected`: there a constant answer can be spotted.
 VALUE_VERIFIERS = {"io", "dataframe"}
 
@@ -58,9 +57,10 @@ def _canon(v: Any) -> str:
 
 
 def check_tests_consistent(task: Task) -> list[str]:
-    """Problems with a task's tests that need no execution to see."""
+    """Problems with a function task's tests that need no execution to see."""
     problems = []
-    if not re.search(rf"^\s*def\s+{re.escape(task.entry_point)}\s*\(", task.prompt, re.M):
+    if task.entry_point is None or not re.search(
+            rf"^\s*def\s+{re.escape(task.entry_point)}\s*\(", task.prompt, re.M):
         problems.append(f"entry point {task.entry_point!r} is not defined in the prompt")
     answers: dict[str, str] = {}
     for kind, cases in (("test", task.tests), ("example", task.examples)):
@@ -84,23 +84,26 @@ def check_tests_consistent(task: Task) -> list[str]:
     return problems
 
 
-def check_task(task: Task, sandbox, limits, reward_cfg=None) -> TaskCheck:
-    """All checks of one task; runs the reference and the trivial solution in `sandbox`."""
-    from rewards.aggregate import RewardConfig
-    from rewards.score import score
-
-    from rewards.score import VERIFIERS
+def check_task(task: Task, sandbox, limits, reward_cfg=None, env=None) -> TaskCheck:
+    """All checks of one task by the environment that grades it (`env`, default: the task's
+    kind): its record checks, then the reference and the kind's trivial answers in `sandbox`."""
+    from envs.base import EnvError, StepContext  # noqa: PLC0415 (envs builds on tasks)
+    from envs.registry import env_for_task  # noqa: PLC0415
+    from rewards.aggregate import RewardConfig  # noqa: PLC0415
 
     cfg = reward_cfg or RewardConfig()
-    problems = check_tests_consistent(task)
-    if task.verifier not in VERIFIERS:
-        problems.append(f"verifier {task.verifier!r} is not registered in rewards.score.VERIFIERS "
-                        f"(known: {sorted(VERIFIERS)}); the task cannot be graded")
-        return TaskCheck(task.task_id, tuple(problems))
+    try:
+        env = env or env_for_task(task)
+    except EnvError as exc:
+        return TaskCheck(task.task_id, (f"{exc}; the task cannot be graded",))
+    problems = env.problems(task)
+    if problems and any(p.startswith("field ") for p in problems):
+        return TaskCheck(task.task_id, tuple(problems))  # a bad record is not run
+    ctx = StepContext(sandbox, limits, cfg)
     infra = False
     ref_reward = None
     if task.reference is not None:
-        b, report = score(task, task.reference, sandbox, limits, cfg)
+        b, report = env.grade(task, task.reference, ctx)
         ref_reward = b.reward
         if b.infra_error:
             infra = True
@@ -111,8 +114,8 @@ def check_task(task: Task, sandbox, limits, reward_cfg=None) -> TaskCheck:
             problems.append(f"reference fails its hidden tests ({b.tests_passed}/{b.tests_total} "
                             f"passed; {why})")
     trivial = {}
-    for name, completion in TRIVIAL_COMPLETIONS.items():
-        b, _ = score(task, completion, sandbox, limits, cfg)
+    for name, completion in env.trivial_answers(task).items():
+        b, _ = env.grade(task, completion, ctx)
         trivial[name] = b.reward
         if b.infra_error:
             infra = True
@@ -123,7 +126,7 @@ def check_task(task: Task, sandbox, limits, reward_cfg=None) -> TaskCheck:
 
 
 def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=None,
-                workers: int = 2) -> list[TaskCheck]:
+                workers: int = 2, env=None) -> list[TaskCheck]:
     """`check_task` over many tasks; sandbox runs overlap in `workers` threads (run() is
     thread-safe). Without a sandbox, the default one is made from `SandboxConfig()`."""
     own = sandbox is None
@@ -131,14 +134,17 @@ def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=Non
         from sandbox.config import SandboxConfig
         from sandbox.registry import make_sandbox
 
-        cfg = SandboxConfig(site_packages=any(t.verifier == "dataframe" for t in tasks))
+        from envs.registry import env_for_task  # noqa: PLC0415
+
+        cfg = SandboxConfig(site_packages=any((env or env_for_task(t)).site_packages
+                                              for t in tasks))
         sandbox, limits = make_sandbox(cfg), limits or cfg.limits()
     if limits is None:
         from sandbox.base import Limits
         limits = Limits()
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            return list(pool.map(lambda t: check_task(t, sandbox, limits, reward_cfg), tasks))
+            return list(pool.map(lambda t: check_task(t, sandbox, limits, reward_cfg, env), tasks))
     finally:
         if own:  # the one made here: its zygotes (or containers) go with it
             sandbox.close()
@@ -147,8 +153,9 @@ def check_tasks(tasks: Sequence[Task], sandbox=None, limits=None, reward_cfg=Non
 def content_key(task: Task) -> str:
     """What a task asks and how it is graded, up to the function's name (so a renamed copy of a
     task is still the same task)."""
-    prompt = re.sub(rf"\b{re.escape(task.entry_point)}\b", "ENTRY", task.prompt)
-    payload = json.dumps([prompt, [t.model_dump(mode="json") for t in task.tests]],
+    prompt = (re.sub(rf"\b{re.escape(task.entry_point)}\b", "ENTRY", task.prompt)
+              if task.entry_point else task.prompt)
+    payload = json.dumps([prompt, [t.model_dump(mode="json") for t in task.tests], task.payload],
                          sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 

@@ -60,17 +60,18 @@ def test_the_iteration_is_checkpointed_with_episode_metrics(run):
     assert 1 <= m["episode/turns_mean"] <= 2 and m["episode/count"] == 4
     assert "heldout/pass_greedy" in m.index
     journal = [json.loads(line) for line in (run / "stages.jsonl").read_text().splitlines()]
-    # one sample_actions and one step_episodes stage (one shard) per turn of the iteration
+    # one sample_completions and one run_rollouts stage (one shard) per turn of the iteration
     played = int(read_trajectories(str(run))["turns"].max())
-    for stage in ("sample_actions", "step_episodes"):
+    for stage in ("sample_completions", "run_rollouts"):
         ends = [j for j in journal if j["stage"] == stage and j["event"] == "end"
-                and j.get("round") == "train"]
+                and j.get("round") == 0]
         assert len(ends) == played, (stage, ends)
 
 
 def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     import shutil
 
+    from envs.registry import make_env
     from flows.config import load_config
     from flows.episode_exec import step_local
     from flows.episodes import episode_rows, play, scripted_policy
@@ -89,9 +90,11 @@ def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     naive = first_attempts(["max_or"], [1], 1)
     tok = ByteTokenizer()
     policies = [scripted_policy(naive, tok, True), scripted_policy(naive, tok, False)]
-    eps = play(tasks, 2, cfg.episodes, 3, cfg.policy.max_len, tok,
-               lambda turn, ctx, es: [policies[e.index](turn, [c], [e])[0] for c, e in zip(ctx, es)],
-               lambda turn, items: step_local(items, cfg.episodes, 3, cfg.sandbox, cfg.rewards))
+    env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": 3})
+    eps = play(tasks, [env] * len(tasks), 2, cfg.policy.max_len, tok, 40,
+               lambda turn, ctx, es, n, k: [policies[e.index](turn, [c], [e], n, k)[0]
+                                            for c, e in zip(ctx, es)],
+               lambda turn, items: step_local(items, cfg.sandbox, cfg.rewards))
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
     assert [r["advantage"] > 0 for r in rows] == [True, False]
     out = update_policy.fn(cfg, 0, 0, rows)

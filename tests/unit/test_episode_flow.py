@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
+from envs.registry import make_env
 from flows.config import load_config
-from flows.episode_exec import start_episode, step_local
+from flows.episode_exec import step_local
 from flows.episodes import (build_demos, episode_rows, full_function, play, scripted_policy,
                             write_action)
 from storage.schema import rows_to_table
@@ -38,12 +39,24 @@ def naive():
     return first_attempts(EDGE_NAMES, [1], 3)
 
 
-def _local_step(cfg, max_turns):
-    def step(turn, items):  # what a Dask worker does, in this process, state pickled both ways
+def _env(cfg, max_turns, **options):
+    """The agent kind with the run's episode settings (what the flow's implicit source is)."""
+    return make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": max_turns,
+                              **options})
+
+
+def _local_step(cfg):
+    def step(turn, items):  # what a Dask worker does, in this process, pickled both ways
         items = pickle.loads(pickle.dumps(items))
-        out = step_local(items, cfg.episodes, max_turns, cfg.sandbox, cfg.rewards)
+        out = step_local(items, cfg.sandbox, cfg.rewards)
         return pickle.loads(pickle.dumps(out))
     return step
+
+
+def _play(cfg, tasks, group, max_turns, policy, max_len=None, **options):
+    env = _env(cfg, max_turns, **options)
+    return play(tasks, [env] * len(tasks), group, max_len or cfg.policy.max_len, TOK,
+                cfg.sampling.max_new_tokens, policy, _local_step(cfg))
 
 
 def _scripted(naive, fix_on_fail=True):
@@ -60,28 +73,26 @@ def test_edge_task_shows_the_edge_in_a_visible_test_not_in_the_docstring(tasks):
 
 
 def test_scripted_policy_fails_turn_one_reads_the_failure_and_passes_on_turn_two(cfg, tasks, naive):
-    eps = play(tasks, 1, cfg.episodes, 3, cfg.policy.max_len, TOK, _scripted(naive),
-               _local_step(cfg, 3))
+    eps = _play(cfg, tasks, 1, 3, _scripted(naive))
     for e in eps:
         assert "FAIL" in e.observations[0], e.observations[0]
         assert e.final["end_reason"] == "submit" and e.state.turn == 2
-        assert e.final["grade"]["solved"], (e.task.task_id, e.final["grade"])
+        assert e.grade.solved, (e.task.task_id, e.grade)
         assert len(e.turn_seconds) == 2 and all(s > 0 for s in e.turn_seconds)
     # the same policy with one turn: graded on the naive attempt, never solved
-    one = play(tasks, 1, cfg.episodes, 1, cfg.policy.max_len, TOK, _scripted(naive),
-               _local_step(cfg, 1))
-    assert all(e.final["end_reason"] == "max_turns" and not e.final["grade"]["solved"]
-               for e in one)
+    one = _play(cfg, tasks, 1, 1, _scripted(naive))
+    assert all(e.final["end_reason"] == "max_turns" and not e.grade.solved for e in one)
 
 
 def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive):
     # in each group of 2 the first episode fixes, the second submits the naive attempt
     policies = [_scripted(naive, True), _scripted(naive, False)]
 
-    def mixed(turn, contexts, episodes):
-        return [policies[e.index](turn, [c], [e])[0] for c, e in zip(contexts, episodes)]
+    def mixed(turn, contexts, episodes, max_new, k):
+        return [policies[e.index](turn, [c], [e], max_new, k)[0]
+                for c, e in zip(contexts, episodes)]
 
-    eps = play(tasks[:2], 2, cfg.episodes, 3, cfg.policy.max_len, TOK, mixed, _local_step(cfg, 3))
+    eps = _play(cfg, tasks[:2], 2, 3, mixed)
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
     table = rows_to_table(rows, 0, 0)  # the store's schema accepts them
     assert table.num_rows == 4
@@ -93,56 +104,55 @@ def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive)
         assert r["completion"].startswith(r["turn_actions"][0])
         assert TOK.decode(r["completion_token_ids"]) == r["completion"]
         assert r["episode_id"] == f"0:{r['group_id'].split(':')[1]}:{r['sample_index']}"
+        assert r["kind"] == "agent" and r["test_names"] == []
     assert [r["reward"] > 0.99 for r in rows] == [True, False, True, False]
     assert rows[0]["advantage"] > 0 > rows[1]["advantage"]
     assert rows[0]["group_id"] == rows[1]["group_id"] != rows[2]["group_id"]
 
 
 def test_an_episode_whose_context_is_full_is_graded_as_it_stands(cfg, tasks, naive):
-    eps = play(tasks[:1], 1, cfg.episodes, 3, 300, TOK, _scripted(naive), _local_step(cfg, 3))
+    eps = _play(cfg, tasks[:1], 1, 3, _scripted(naive), max_len=300)
     e = eps[0]
     assert e.final["end_reason"] == "context_full" and e.state.turn == 1
-    assert "grade" in e.final and not e.final["grade"]["solved"]
+    assert e.grade is not None and not e.grade.solved
 
 
 def test_visible_progress_shaping_is_off_by_default_and_adds_the_best_visible_fraction(cfg, tasks,
                                                                                          naive):
-    eps = play(tasks[:1], 1, cfg.episodes, 3, cfg.policy.max_len, TOK, _scripted(naive, False),
-               _local_step(cfg, 3))
+    eps = _play(cfg, tasks[:1], 1, 3, _scripted(naive, False))
     plain = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
     assert plain["shaping_reward"] == 0.0
-    shaped_cfg = cfg.model_copy(update={"episodes": cfg.episodes.model_copy(
-        update={"shaping": "visible_progress", "shaping_coef": 0.5})})
-    shaped = episode_rows(shaped_cfg, 0, 0, eps, 1, cfg.hash())[0]
-    visible = eps[0].state.history[0]
+    shaped_eps = _play(cfg, tasks[:1], 1, 3, _scripted(naive, False),
+                       shaping="visible_progress", shaping_coef=0.5)
+    shaped = episode_rows(cfg, 0, 0, shaped_eps, 1, cfg.hash())[0]
+    visible = shaped_eps[0].state.history[0]
     assert visible["visible_total"] == 2 and visible["visible_passed"] in (0, 1)
     assert shaped["shaping_reward"] == pytest.approx(0.5 * visible["visible_passed"] / 2)
     assert shaped["reward"] == pytest.approx(plain["reward"] + shaped["shaping_reward"])
 
 
 def test_demonstrations_hold_the_real_observation_and_mark_the_first_try_share(cfg, tasks, naive):
-    ecfg = cfg.episodes.model_copy(update={"demo_first_try_share": 0.0})
-    demos = build_demos(tasks, naive, ecfg, TOK, _local_step(cfg, 3))
+    demos = build_demos(tasks, naive, _env(cfg, 3, demo_first_try_share=0.0), TOK,
+                        _local_step(cfg))
     assert len(demos) == len(tasks)
     for (intro, segs), t in zip(demos, tasks):
         assert intro == t.prompt and [b for _, b in segs] == [True, False, True]
         assert "FAIL" in segs[1][0] and segs[1][0].startswith("<obs>")
         assert segs[2][0].endswith("<submit/>") and t.reference in segs[2][0]
-    right = build_demos(tasks, naive, ecfg.model_copy(update={"demo_first_try_share": 1.0}), TOK,
-                        _local_step(cfg, 3))
+    right = build_demos(tasks, naive, _env(cfg, 3, demo_first_try_share=1.0), TOK,
+                        _local_step(cfg))
     assert all(segs[2][0] == "<submit/>" and "FAIL" not in segs[1][0] for _, segs in right)
 
 
 def test_a_one_shot_family_gets_a_single_turn_demonstration(cfg):
     t = generate_suite(["add"], [1], 1)[0]
-    (intro, segs), = build_demos([t], {}, cfg.episodes, TOK, _local_step(cfg, 3))
+    (intro, segs), = build_demos([t], {}, _env(cfg, 3), TOK, _local_step(cfg))
     assert intro == t.prompt and len(segs) == 1 and segs[0][1]
     assert segs[0][0] == write_action(full_function(t, t.reference), "<submit/>")
 
 
 def test_episode_state_is_small_and_survives_pickling(tasks):
-    from flows.config import load_config as lc
-    state, obs = start_episode(tasks[0], lc(None).episodes, 3)
+    state, obs = _env(load_config(None), 3).reset(tasks[0])
     assert obs == tasks[0].prompt
     assert len(pickle.dumps(state)) < 8000
     assert pickle.loads(pickle.dumps(state)) == state

@@ -80,7 +80,9 @@ def test_train_flow_takes_a_config_file_with_overrides_or_a_dict_not_both():
 def test_hung_rollout_shard_is_cancelled_at_its_deadline():
     from distributed import Client, LocalCluster
 
-    from flows.rollouts import ShardTimeout, execute_many
+    from envs.registry import env_for_task
+    from flows.episode_exec import step_many
+    from flows.rollouts import ShardTimeout
     from rewards.aggregate import RewardConfig
     from sandbox.config import SandboxConfig
     from tasks.procedural import generate_suite
@@ -89,9 +91,9 @@ def test_hung_rollout_shard_is_cancelled_at_its_deadline():
     hang = "    import time\n    time.sleep(30)\n    return 0\n"
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        with pytest.raises(ShardTimeout, match="1 of 1 executions unfinished"):
-            execute_many(client, [(task, hang)], SandboxConfig(timeout_s=4),
-                         RewardConfig(per_test_timeout_s=30), timeout_s=1.0)
+        with pytest.raises(ShardTimeout, match="1 of 1 episode steps unfinished"):
+            step_many(client, [(env_for_task(task), task, hang)], SandboxConfig(timeout_s=4),
+                      RewardConfig(per_test_timeout_s=30), timeout_s=1.0)
 
 
 def test_artifacts_render_the_metrics_table_and_the_reward_curve(tmp_path):

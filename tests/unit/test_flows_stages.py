@@ -12,7 +12,8 @@ import pytest
 
 from flows import stages
 from flows.config import load_config
-from flows.rollouts import Executed, execute_one
+from flows.episode_exec import Stepped, step_local
+from flows.episodes import Episode, episode_rows, heldout_metrics, play
 from storage.trajectories import write_shard
 from tasks.curriculum import DifficultyLedger
 from training.generate import Sample
@@ -27,7 +28,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def train_pool(cfg):
-    return [t for t in stages.task_pool(cfg.tasks) if t.split == "train"]
+    return [t for t in stages.task_pool(cfg) if t.split == "train"]
 
 
 def _empty_ledger():
@@ -37,14 +38,25 @@ def _empty_ledger():
 def test_stage_cache_key_covers_inputs_and_policy_version_but_not_the_deadline(cfg, train_pool):
     from flows.iteration import CODE_VERSION, _stage_key
 
+    from envs.registry import env_for_task
+
     key = _stage_key("run_rollouts")
-    items = [(train_pool[0], "    return 1\n")]
-    base = dict(cfg=cfg, iteration=3, version=3, round_=0, shard=1, items=items, deadline_s=60.0)
+    env = env_for_task(train_pool[0])
+    items = [(env, train_pool[0], "    return 1\n")]
+    base = dict(cfg=cfg, iteration=3, version=3, round_=0, shard=1, turn=1, items=items,
+                deadline_s=60.0)
     k = key(None, base)
     assert k.startswith(f"run_rollouts-{cfg.run_id}-it3-v3-r0-s1-{cfg.hash()}-{CODE_VERSION}-")
     assert key(None, {**base, "deadline_s": 999.0}) == k  # how long we wait is not an input
-    assert key(None, {**base, "items": [(train_pool[0], "    return 2\n")]}) != k
-    assert key(None, {**base, "items": [(train_pool[1], "    return 1\n")]}) != k
+    assert key(None, {**base, "items": [(env, train_pool[0], "    return 2\n")]}) != k
+    assert key(None, {**base, "items": [(env, train_pool[1], "    return 1\n")]}) != k
+    assert key(None, {**base, "turn": 2}) != k
+    # an environment enters the key by its kind and options, never by its address in memory
+    from envs.registry import kind_class
+    twin = kind_class("io")(env.config.model_dump())
+    assert twin is not env and key(None, {**base, "items": [(twin, *items[0][1:])]}) == k
+    other_env = kind_class("io")({**env.config.model_dump(), "n_tests": 3})
+    assert key(None, {**base, "items": [(other_env, *items[0][1:])]}) != k
     assert key(None, {**base, "version": 4}) != k
     assert key(None, {**base, "shard": 2}) != k
     other = cfg.model_copy(update={"run_id": "other"})
@@ -62,7 +74,7 @@ def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
     code = ("from flows import stages\nfrom flows.config import load_config\n"
             "from tasks.curriculum import DifficultyLedger\nimport pandas as pd\n"
             f"cfg = load_config({str(ROOT / 'configs/tiny.yaml')!r})\n"
-            "pool = [t for t in stages.task_pool(cfg.tasks) if t.split == 'train']\n"
+            "pool = [t for t in stages.task_pool(cfg) if t.split == 'train']\n"
             "batch = pool[:3]\n"
             "ledger = DifficultyLedger.from_trajectories(pd.DataFrame({"
             "'task_id': [t.task_id for t in batch], 'iteration': 0, 'reward': [0.0, 0.5, 1.0],"
@@ -111,25 +123,37 @@ def test_curriculum_favours_sometimes_solved_tasks_and_the_uniform_switch_does_n
     assert draws["uniform"] <= 4, draws
 
 
-@pytest.fixture(scope="module")
-def executed_group(train_pool):
-    """Two groups of G=4 executed in the real process sandbox: one mixed (two reference
-    solutions, two wrong answers), one all wrong."""
+def _play(tasks, answers, group=4):
+    """Episodes of the real io kind, each answered by the next of `answers`, stepped in this
+    process in the real sandbox (no cluster)."""
+    from envs.registry import env_for_task
     from rewards.aggregate import RewardConfig
     from sandbox.config import SandboxConfig
+    from training.tokenizer import ByteTokenizer
 
+    it = iter(answers)
+
+    def sample_fn(turn, contexts, eps, max_new, k):
+        return [Sample(list(c), [3, 4], [-0.1, -0.2], next(it), True) for c in contexts]
+
+    return play(tasks, [env_for_task(t) for t in tasks], group, 10 ** 6, ByteTokenizer(), 16,
+                sample_fn, lambda turn, items: step_local(items, SandboxConfig(), RewardConfig()))
+
+
+@pytest.fixture(scope="module")
+def executed_group(train_pool):
+    """Two groups of G=4 graded in the real process sandbox: one mixed (two reference
+    solutions, two wrong answers), one all wrong."""
     t0, t1 = train_pool[0], train_pool[1]
     wrong = "    return None\n"
-    pairs = [(t0, t0.reference), (t0, t0.reference), (t0, wrong), (t0, wrong)] + [(t1, wrong)] * 4
-    ex = [execute_one(t, c, SandboxConfig(), RewardConfig()) for t, c in pairs]
-    samples = [Sample([1, 2], [3, 4], [-0.1, -0.2], c, True) for _, c in pairs]
-    return [t0, t1], samples, ex
+    eps = _play([t0, t1], [t0.reference, t0.reference, wrong, wrong] + [wrong] * 4)
+    return [t0, t1], eps
 
 
 def test_dropped_groups_are_the_uniform_ones_and_refills_continue_the_numbering(cfg, executed_group):
-    tasks, samples, ex = executed_group
-    assert ex[0].breakdown.solved and not ex[2].breakdown.solved
-    rows = stages.build_rows(cfg, 0, 0, tasks, samples, ex, 1.0, cfg.hash(), group_offset=3)
+    tasks, eps = executed_group
+    assert eps[0].grade.solved and not eps[2].grade.solved
+    rows = episode_rows(cfg, 0, 0, eps, 4, cfg.hash(), group_offset=3)
     assert [r["group_id"] for r in rows] == ["0:3"] * 4 + ["0:4"] * 4
     keep = stages.informative_row_mask(rows)
     assert keep.tolist() == [True] * 4 + [False] * 4
@@ -141,10 +165,10 @@ def test_dropped_groups_are_the_uniform_ones_and_refills_continue_the_numbering(
 
 
 def test_ledger_comes_from_the_stored_rows_of_earlier_iterations_only(cfg, executed_group, tmp_path):
-    tasks, samples, ex = executed_group
+    tasks, eps = executed_group
     run_dir = str(tmp_path / "run")
     for it in (0, 1):
-        write_shard(run_dir, it, 0, stages.build_rows(cfg, it, it, tasks, samples, ex, 1.0, "h"))
+        write_shard(run_dir, it, 0, episode_rows(cfg, it, it, eps, 4, "h"))
     ledger = stages.ledger_frame(run_dir, 1)
     assert ledger["iteration"].unique().tolist() == [0]
     by_task = ledger.set_index("task_id")
@@ -166,8 +190,8 @@ def test_journal_appends_one_parsable_line_per_event(tmp_path):
 
 
 def test_execution_metrics_worked_by_hand(executed_group):
-    _, _, ex = executed_group
-    ex = [Executed(e.breakdown, 0.5, e.backend, None) for e in ex[:4]]
+    _, eps = executed_group
+    ex = [Stepped(e.state, "", True, e.final, 0.5, e.backend) for e in eps[:4]]
     q = [{"queued": 6, "processing": 2, "unrunnable": 0, "workers": 2, "threads": 2},
          {"queued": 0, "processing": 2, "unrunnable": 0, "workers": 1, "threads": 1}]
     m = stages.execution_metrics(ex, wall_s=2.0, threads=2, queue_samples=q)
@@ -185,13 +209,12 @@ def test_every_stage_has_retries_with_exponential_backoff_and_a_deadline():
     from flows import iteration as it
 
     for s in (it.sft_stage, it.generate_tasks, it.sample_completions, it.run_rollouts,
-              it.score_rollouts, it.write_trajectories, it.update_policy, it.evaluate,
-              it.checkpoint):
+              it.score_rollouts, it.write_trajectories, it.update_policy, it.checkpoint):
         assert s.retries >= 1, s.name
         assert s.retry_delay_seconds == [2, 4, 8][:s.retries], s.name  # 2 s, doubling
         assert s.persist_result and s.cache_key_fn is not None, s.name
         # shards run in threads, where Prefect cannot interrupt them: they carry their own
-        # deadline into execute_many (see test_hung_rollout_shard_is_cancelled_at_its_deadline)
+        # deadline into step_many (see test_hung_rollout_shard_is_cancelled_at_its_deadline)
         assert s.timeout_seconds or s.name == "run_rollouts", s.name
     assert "deadline_s" in it.run_rollouts.fn.__wrapped__.__code__.co_varnames
 
@@ -237,17 +260,22 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
 def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():
     import math as _m
 
-    from flows.rollouts import Executed
-    from flows.stages import pass_rates
+    from envs.registry import env_for_task
     from rewards.aggregate import RewardBreakdown
     from tasks.procedural import generate_suite
+    from training.episodes import EpisodeTokens
 
-    task = generate_suite(["add"], [1], 1)[0]
+    task = generate_suite(["add"], [1], 1)[0].model_copy(update={"source": "procedural"})
 
-    def ex(reward, infra):
+    def ep(reward, infra):
         b = RewardBreakdown(reward, 1.0 if reward == 1.0 else 0.0, 6 if reward == 1.0 else 0, 6,
                             ("passed",) * 6, "ok", None, (), infra, 0.01)
-        return Executed(b, 0.02, "process", None)
+        return Episode(task, env_for_task(task), 0, task, task.prompt, EpisodeTokens([1]),
+                       final={"grade": b, "end_reason": "answer"})
 
-    rates = pass_rates([task], [ex(1.0, False), ex(_m.nan, True), ex(0.0, False)], 3)
-    assert rates == {"all": 0.5, "add": 0.5}  # 1 of the 2 scored samples, not 1 of 3
+    rates = heldout_metrics([task], [ep(1.0, False)], [ep(1.0, False), ep(_m.nan, True),
+                                                        ep(0.0, False)])
+    # 1 of the 2 scored samples, not 1 of 3; by family and by source alike
+    assert rates["heldout/pass_sampled"] == rates["heldout/add/pass_sampled"] == 0.5
+    assert rates["heldout/source/procedural/pass_sampled"] == 0.5
+    assert rates["heldout/pass_greedy"] == 1.0 and rates["heldout/source/procedural/tasks"] == 1

@@ -1,0 +1,158 @@
+"""Kind `agent`: multi-turn agent episodes over function tasks. The policy writes files, runs
+the visible tests, reads the output, fixes, submits; the hidden tests of the task's own kind
+grade the workspace's solution.py in a fresh sandbox (sandbox/episode.py, sandbox/EPISODES.md,
+rewards/episode_grading.py). Its options are the run config's `episodes` section; its own
+tasks are procedural ones (`procedural`), or a source's task file.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from envs.base import Environment, StepContext, StepResult
+from envs.functions import FunctionsEnv, ProceduralOptions, function_problems
+from rewards.aggregate import RewardBreakdown
+from tasks.record import Task
+
+
+class EpisodeConfig(BaseModel):
+    """The agent kind's options. As the run config's `episodes` section, `enabled` makes the
+    run's implicit task source (the `tasks` fields) a source of kind `agent`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="run G multi-turn episodes per task (the policy "
+                          "writes, runs the visible tests, reads the output, fixes, submits) "
+                          "instead of G one-shot completions; same group size, GRPO over whole "
+                          "episodes with the environment's tokens masked out of the loss")
+    max_turns: int = Field(3, ge=1, description="policy turns per episode; at the last one the "
+                           "workspace is graded whatever the policy did")
+    time_budget_s: float = Field(30.0, gt=0, description="seconds of sandbox time per episode "
+                                 "(all its commands together); each command's limit is cut to "
+                                 "what is left, and the episode ends when it is spent")
+    action_tokens: int = Field(160, ge=8, description="longest action (one turn of the policy), "
+                               "in tokens")
+    obs_tokens: int = Field(256, ge=32, description="token budget of one observation in the "
+                            "policy's context: a longer one keeps whole lines, the ones that say "
+                            "what happened (FAIL lines, errors, the verdict, the turn counter) "
+                            "before PASS lines and tracebacks, with markers where lines were cut "
+                            "(training/episodes.py fit_observation)")
+    obs_bytes: int = Field(4096, ge=256, description="hard cap of the environment's observation "
+                           "text before the token budget applies")
+    intro: Literal["prompt", "brief", "full"] = Field(
+        "prompt", description="the first observation: prompt = the task prompt only (for a "
+        "small policy warm-started on the action format); brief = instructions + prompt; full = "
+        "instructions + prompt + the visible examples (sandbox/episode.py)")
+    shaping: Literal["none", "visible_progress"] = Field(
+        "none", description="per-turn shaping added to the final reward: visible_progress = "
+        "shaping_coef x (best visible pass fraction reached by any turn's <run_tests/>), the sum "
+        "of potential-based per-turn gains (Ng et al. 1999); none: the hidden-test grade alone")
+    shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
+    sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
+                            "instead of bare reference bodies: multi-turn transcripts through the "
+                            "real environment for the edge families (naive attempt, real test "
+                            "output, fix, submit), write + submit for every other family")
+    demo_first_try_share: float = Field(
+        0.25, ge=0, le=1, description="share of edge-family demonstrations whose first attempt "
+        "is already right (the visible tests pass and turn 2 only submits), so that the policy "
+        "must read the observation to choose between fixing and submitting")
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "EpisodeConfig":
+        if self.shaping != "none" and self.shaping_coef == 0:
+            raise ValueError(f"episodes.shaping={self.shaping!r} with shaping_coef=0 does "
+                             "nothing; set shaping='none' or a positive coefficient")
+        return self
+
+
+class AgentOptions(EpisodeConfig):
+    """A source of kind `agent`: the episode settings and, without a task file, which
+    procedural tasks it plays."""
+
+    procedural: ProceduralOptions = ProceduralOptions()
+
+
+class AgentEnv(Environment):
+    name = "agent"
+    description = ("multi-turn episodes over function tasks: write, run the visible tests, "
+                   "read, fix, submit; the hidden tests grade solution.py")
+    Config = AgentOptions
+
+    @property
+    def max_turns(self) -> int:  # type: ignore[override]
+        return self.config.max_turns
+
+    @property
+    def obs_tokens(self) -> int:  # type: ignore[override]
+        return self.config.obs_tokens
+
+    def action_tokens(self, default: int) -> int:
+        return self.config.action_tokens
+
+    def step_budget_s(self, sandbox_timeout_s: float) -> float:
+        return self.config.time_budget_s + 10.0
+
+    def generate(self) -> list[Task]:
+        return FunctionsEnv(self.config.procedural).generate()
+
+    def sft_tasks(self) -> list[Task]:
+        return FunctionsEnv(self.config.procedural).sft_tasks()
+
+    def validate(self, task: Task) -> Task:
+        problems = function_problems(task)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return task
+
+    def _env(self, ctx: StepContext | None):
+        from rewards.episode_grading import make_grader  # noqa: PLC0415
+        from sandbox.episode import EpisodeEnv  # noqa: PLC0415
+
+        c = self.config
+        sandbox, limits = (ctx.sandbox, ctx.limits) if ctx else (None, None)
+        grade = make_grader(ctx.sandbox, ctx.limits, ctx.reward) if ctx else None
+        return EpisodeEnv(sandbox, limits, grade, max_turns=c.max_turns,
+                          time_budget_s=c.time_budget_s, obs_bytes=c.obs_bytes, intro=c.intro)
+
+    def reset(self, task: Task) -> tuple[Any, str]:
+        env = self._env(None)
+        obs = env.reset(task)
+        return env.state(), obs
+
+    def step(self, state: Any, action: str | None, ctx: StepContext) -> StepResult:
+        t0 = time.perf_counter()
+        env = self._env(ctx).restore(state)
+        if action is None:
+            obs, done, info = "", True, env.end("context_full")
+        else:
+            obs, done, info = env.step(action)
+        info = dict(info, wall_s=time.perf_counter() - t0)
+        if done:
+            info["grade"] = _breakdown(info.get("grade") or {}, state.task)
+            info["shaping"] = self.shaping(env.state().history)
+        return StepResult(env.state(), obs, done, info)
+
+    def shaping(self, history) -> float:
+        """visible_progress: coef x the best visible pass fraction any turn's <run_tests/>
+        reached (the telescoped sum of potential-based per-turn gains); 0 when off."""
+        c = self.config
+        if c.shaping == "none":
+            return 0.0
+        fracs = [h["visible_passed"] / h["visible_total"] for h in history
+                 if h.get("visible_total")]
+        return c.shaping_coef * max(fracs, default=0.0)
+
+
+def _breakdown(g: dict, task: Task) -> RewardBreakdown:
+    """The episode grader's dict as a RewardBreakdown (a missing solution.py is the model's
+    failure: reward 0)."""
+    import dataclasses  # noqa: PLC0415
+
+    fields = {f.name for f in dataclasses.fields(RewardBreakdown)}
+    known = {k: (tuple(v) if isinstance(v, list) else v) for k, v in g.items() if k in fields}
+    base = dict(reward=0.0, pass_fraction=0.0, tests_passed=0, tests_total=len(task.tests),
+                test_outcomes=(), status="not_graded", error_type=None, hack_flags=(),
+                infra_error=False, exec_time_s=0.0)
+    return RewardBreakdown(**{**base, **known})

@@ -1,0 +1,198 @@
+"""The environment protocol: the one way every kind of task reaches the loop.
+
+A kind of environment is a class with a typed `Config` (the options of a task source of this
+kind), an optional `Payload` model (the kind's own part of a `Task` record), the tasks it can
+generate with their train/held-out split, and an episode: `reset(task)` gives the state and the
+first observation, `step(state, action, ctx)` runs the policy's text and returns the next
+observation, and the last step carries the grade: a `RewardBreakdown` with named reward
+components (per-test outcomes with their names, static and runtime signals, hack flags). A
+single completion is an episode of one turn (`SingleTurnEnv`), so the loop, the row builder and
+the evaluation are the same for every kind and turn count. The sampled tokens are the truth:
+an environment sees and returns text, the flow keeps the token ids it sampled.
+
+What runs where: `reset` runs in the flow (no sandbox); `step` runs on a Dask worker with a
+`StepContext` (the worker's sandbox, its limits and the reward config). States and
+environments cross processes by pickle, so both must be plain picklable values; a plug-in class
+is pickled by reference and imported by the worker (it must be installed there too).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Mapping
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
+from rewards.io_tests import TestReport
+from sandbox.base import Limits, Sandbox
+from tasks.record import Task
+
+
+class NoOptions(BaseModel):
+    """A kind without options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EnvError(ValueError):
+    """A kind that cannot be used: unknown, failed to import, or given bad options or tasks."""
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step may use on the worker: its sandbox, the limits of one execution, the reward
+    weights."""
+
+    sandbox: Sandbox
+    limits: Limits
+    reward: RewardConfig
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One turn of one episode. `info` holds at least `seconds` (environment time of the turn)
+    and, when `done`, `end_reason` and `grade` (the final `RewardBreakdown`)."""
+
+    state: Any
+    observation: str
+    done: bool
+    info: dict = field(default_factory=dict)
+
+
+def breakdown_of(info: Mapping[str, Any]) -> RewardBreakdown | None:
+    """The grade of a finished episode, or None if it never got one."""
+    g = info.get("grade")
+    return g if isinstance(g, RewardBreakdown) else None
+
+
+def not_graded(task: Task, status: str, reward: float = 0.0) -> RewardBreakdown:
+    """A grade for an episode that left nothing to grade (e.g. no solution file): the model's
+    failure, scored `reward`, never NaN."""
+    return RewardBreakdown(reward, 0.0, 0, max(1, len(task.tests)), (), status, None, (), False,
+                           0.0)
+
+
+class Environment:
+    """A kind of environment; subclass it (see envs/README.md).
+
+    Class attributes: `name` (the registry key, also `Task.kind` of the tasks it grades),
+    `description` (one line for `rollforge envs`), `Config` and `Payload` (pydantic models),
+    `site_packages` (its executions need the interpreter's installed packages, e.g. pandas).
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Config: ClassVar[type[BaseModel]] = NoOptions
+    Payload: ClassVar[type[BaseModel] | None] = None
+    site_packages: ClassVar[bool] = False
+    max_turns: int = 1
+
+    def __init__(self, config: BaseModel | Mapping[str, Any] | None = None) -> None:
+        if isinstance(config, BaseModel) and isinstance(config, self.Config):
+            self.config = config
+        else:
+            try:
+                self.config = self.Config.model_validate(dict(config or {}))
+            except ValidationError as exc:
+                raise EnvError(f"kind {self.name!r}: bad options: " + "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or '(options)'}: {e['msg']}"
+                    for e in exc.errors())) from None
+
+    def __reduce__(self):  # pickled as (class, options): small, and re-validated on arrival
+        return (type(self), (self.config.model_dump(mode="json"),))
+
+    # -- tasks -----------------------------------------------------------------------------
+    def generate(self) -> list[Task]:
+        """The kind's own tasks (with their split). Kinds that only grade files raise."""
+        raise EnvError(f"kind {self.name!r} generates no tasks of its own: give the source a "
+                       f"task file (`file:`)")
+
+    def sft_tasks(self) -> list[Task]:
+        """The warm start's tasks: training-split tasks that have a reference."""
+        return [t for t in self.generate() if t.split == "train" and t.reference is not None]
+
+    def validate(self, task: Task) -> Task:
+        """Check a task record against this kind (its payload first); raise ValueError naming
+        the field. Returns the task (a kind may normalise it)."""
+        if self.Payload is not None:
+            try:
+                self.Payload.model_validate(task.payload)
+            except ValidationError as exc:
+                raise ValueError("; ".join(
+                    f"field 'payload.{'.'.join(map(str, e['loc']))}': {e['msg']}"
+                    for e in exc.errors())) from None
+        return task
+
+    def problems(self, task: Task) -> list[str]:
+        """What is wrong with a task that needs no execution to see (`rollforge tasks check`)."""
+        try:
+            self.validate(task)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
+
+    def trivial_answers(self, task: Task) -> dict[str, str]:
+        """Answers that must not solve any task (the quality check runs them)."""
+        return {"empty": ""}
+
+    # -- an episode --------------------------------------------------------------------------
+    def reset(self, task: Task) -> tuple[Any, str]:
+        """A new episode on `task`: (state, first observation)."""
+        raise NotImplementedError
+
+    def step(self, state: Any, action: str | None, ctx: StepContext) -> StepResult:
+        """Run the policy's `action` (None: the policy's context is full, end and grade now)."""
+        raise NotImplementedError
+
+    def action_tokens(self, default: int) -> int:
+        """Longest action of one turn, in tokens (`sampling.max_new_tokens` unless the kind
+        says otherwise)."""
+        return default
+
+    obs_tokens: int = 256  # budget of one observation in the policy's context (multi-turn)
+
+    def step_budget_s(self, sandbox_timeout_s: float) -> float:
+        """The longest one step may take on a worker (its shard's deadline is built from it)."""
+        return sandbox_timeout_s + 5.0
+
+    # -- grading -----------------------------------------------------------------------------
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        """Run the task's checks on `answer`: per-check outcomes (named where the kind knows),
+        the execution evidence and runtime hack flags. Status `infra_error` only when the host
+        failed, never for anything the answer did."""
+        raise NotImplementedError
+
+    def static(self, task: Task, answer: str):
+        """Static signals of the answer (a `rewards.static_checks.StaticReport`), or None."""
+        return None
+
+    def grade(self, task: Task, answer: str, ctx: StepContext, infra_retries: int = 2
+              ) -> tuple[RewardBreakdown, TestReport]:
+        """The answer's reward and its components; an infrastructure failure is retried, then
+        reported as NaN reward (not scored, never scored zero)."""
+        static = self.static(task, answer)
+        for _ in range(infra_retries + 1):
+            report = self.verify(task, answer, ctx.sandbox, ctx.limits,
+                                 ctx.reward.per_test_timeout_s)
+            if not report.infra_error:
+                break
+        return aggregate(report, ctx.reward, static), report
+
+
+class SingleTurnEnv(Environment):
+    """One turn: the first observation is the task's prompt, the action is the answer, and the
+    step grades it."""
+
+    def reset(self, task: Task) -> tuple[Any, str]:
+        return task, task.prompt
+
+    def step(self, state: Any, action: str | None, ctx: StepContext) -> StepResult:
+        t0 = time.perf_counter()
+        breakdown, _ = self.grade(state, action or "", ctx)
+        seconds = breakdown.exec_time_s if not math.isnan(breakdown.exec_time_s) else 0.0
+        return StepResult(state, "", True, {
+            "seconds": seconds, "end_reason": "answer" if action is not None else "context_full",
+            "grade": breakdown, "wall_s": time.perf_counter() - t0})

@@ -1,0 +1,41 @@
+"""Kind `dataframe`: write a pandas function of a DataFrame; its results on generated frames
+are compared outside the sandbox (rewards/dataframe_tests.py). Needs the interpreter's
+site-packages inside the sandbox (pandas)."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.functions import FunctionTaskEnv
+from rewards.dataframe_tests import run_dataframe_tests
+from rewards.io_tests import TestReport
+from sandbox.base import Limits, Sandbox
+from tasks.record import Task
+
+
+class DataFrameOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    families: list[str] | None = Field(None, description="dataframe families (null: all)")
+    difficulties: list[int] = Field(default_factory=lambda: [1, 2, 3], min_length=1)
+    tasks_per_family: int = Field(5, ge=1)
+    n_tests: int = Field(5, ge=1)
+    seed: int = 0
+    heldout_fraction: float = Field(0.2, gt=0, lt=1)
+
+
+class DataFrameEnv(FunctionTaskEnv):
+    name = "dataframe"
+    description = "a pandas function of a DataFrame graded on generated frames"
+    Config = DataFrameOptions
+    site_packages = True
+
+    def generate(self) -> list[Task]:
+        from tasks.dataframe import generate_dataframe_suite  # noqa: PLC0415
+
+        c = self.config
+        return generate_dataframe_suite(c.families, c.difficulties, c.tasks_per_family,
+                                        c.n_tests, c.seed, c.heldout_fraction)
+
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        return run_dataframe_tests(task, answer, sandbox, limits, per_test_timeout_s)

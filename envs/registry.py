@@ -1,0 +1,89 @@
+"""Kinds of environment by name: the built-ins, the plug-ins of the entry-point group
+`rollforge.environments`, and any `module:Class` import path.
+
+A plug-in package declares, in its pyproject.toml,
+
+    [project.entry-points."rollforge.environments"]
+    regex = "rollforge_regex:RegexEnv"
+
+and is then a kind like any built-in, in the flow and in every Dask worker where it is
+installed. A name that is none of these, or a plug-in that fails to import, raises `EnvError`
+naming it and what went wrong.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from importlib.metadata import entry_points
+from typing import Any, Mapping
+
+from envs.base import EnvError, Environment
+from tasks.record import Task
+
+GROUP = "rollforge.environments"
+
+BUILTIN: dict[str, str] = {
+    "io": "envs.functions:FunctionsEnv",
+    "dataframe": "envs.dataframe:DataFrameEnv",
+    "humaneval": "envs.humaneval:HumanEvalEnv",
+    "testfile": "envs.testfile:TestFileEnv",
+    "agent": "envs.agent:AgentEnv",
+}
+
+
+def _load(path: str, what: str) -> type[Environment]:
+    module, _, attr = path.partition(":")
+    if not module or not attr:
+        raise EnvError(f"{what}: {path!r} is not an import path of the form 'module:Class'")
+    try:
+        mod = importlib.import_module(module)
+    except Exception as exc:  # a plug-in's own import error, whatever it is
+        raise EnvError(f"{what}: importing {module!r} failed: {type(exc).__name__}: {exc}") from None
+    try:
+        cls = functools.reduce(getattr, attr.split("."), mod)
+    except AttributeError:
+        raise EnvError(f"{what}: module {module!r} has no {attr!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Environment)):
+        raise EnvError(f"{what}: {path} is not a subclass of envs.base.Environment")
+    return cls
+
+
+def plugins() -> dict[str, str]:
+    """Entry points of the group `rollforge.environments`: name -> 'module:Class'."""
+    return {ep.name: ep.value for ep in entry_points(group=GROUP)}
+
+
+def known() -> dict[str, str]:
+    """Every kind by name (built-ins first; a plug-in may not shadow a built-in)."""
+    return {**{k: v for k, v in plugins().items() if k not in BUILTIN}, **BUILTIN}
+
+
+@functools.lru_cache(maxsize=None)
+def kind_class(name: str) -> type[Environment]:
+    """The class of a kind: a registered name, or an import path 'module:Class'."""
+    if name in BUILTIN:
+        return _load(BUILTIN[name], f"kind {name!r}")
+    found = plugins()
+    if name in found:
+        return _load(found[name], f"kind {name!r} (plug-in, entry point group {GROUP!r})")
+    if ":" in name:
+        return _load(name, f"kind {name!r}")
+    raise EnvError(f"unknown kind {name!r}; known: {', '.join(sorted(known()))} "
+                   f"(or a 'module:Class' import path)")
+
+
+@functools.lru_cache(maxsize=256)
+def _make(name: str, options_json: str) -> Environment:
+    return kind_class(name)(json.loads(options_json))
+
+
+def make_env(name: str, options: Mapping[str, Any] | None = None) -> Environment:
+    """An environment of kind `name` with `options` (validated by its Config); the same
+    (name, options) gives the same instance in a process."""
+    return _make(name, json.dumps(dict(options or {}), sort_keys=True, default=str))
+
+
+def env_for_task(task: Task) -> Environment:
+    """The environment that grades `task` (its `kind`), with default options."""
+    return make_env(task.kind)
