@@ -11,12 +11,16 @@ export DS_ACCELERATOR := cpu
 
 .PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean
 
-$(STAMP): requirements.lock pyproject.toml
+EXAMPLE_ENV := examples/rollforge-regex
+
+$(STAMP): requirements.lock pyproject.toml $(EXAMPLE_ENV)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# torch is pinned in the same install as deepspeed: pip takes the local CPU wheel.
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
+	# The worked example of a plug-in environment (envs/README.md); the tests use it.
+	$(PY) -m pip install -q --no-deps -e $(EXAMPLE_ENV)
 	# DeepSpeed compiles its CPU communication op on first use (about a minute): do it now.
 	$(PY) -m training.engine --warm-up
 	touch $(STAMP)

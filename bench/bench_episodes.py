@@ -36,10 +36,11 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], help="config override key=value")
     args = ap.parse_args()
 
+    from envs.registry import make_env  # noqa: PLC0415
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
-    from flows.episodes import (episode_metrics, play, scripted_policy,  # noqa: PLC0415
-                                sft_stage_episodes, solved)
+    from flows.episodes import episode_metrics, play, scripted_policy, solved  # noqa: PLC0415
+    from flows.iteration import sft_stage  # noqa: PLC0415
     from flows.rollouts import close_clients, dask_client, total_threads  # noqa: PLC0415
     from flows.stages import heldout_tasks  # noqa: PLC0415
     from tasks.families.edges import EDGES, first_attempts  # noqa: PLC0415
@@ -50,7 +51,7 @@ def main() -> int:
 
     cfg = load_config(args.config, [f"out_dir={args.out}", *args.set])
     edge_names = {f.name for f in EDGES}
-    tasks = [t for t in heldout_tasks(cfg.tasks) if t.family in edge_names]
+    tasks = [t for t in heldout_tasks(cfg) if t.family in edge_names]
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker)
     try:
@@ -58,7 +59,7 @@ def main() -> int:
         if args.policy == "sft":
             if not checkpoints.exists(cfg.run_dir, 0):
                 t0 = time.perf_counter()
-                info = sft_stage_episodes(cfg, client)
+                info = sft_stage.fn(cfg, 0)
                 sft_s = time.perf_counter() - t0
                 print(f"warm start: {info.get('sft/examples')} demonstrations "
                       f"({info.get('sft/demos_multi_turn')} multi-turn), {info.get('sft/steps')} "
@@ -74,18 +75,20 @@ def main() -> int:
             naive = first_attempts(tc.families, tc.difficulties, tc.tasks_per_family, tc.seed)
         results, episodes_by_turns = {}, {}
         for m in args.turns:
-            def step_fn(turn, items, m=m):
-                return step_many(client, items, cfg.episodes, m, cfg.sandbox, cfg.rewards,
-                                 timeout_s=step_deadline_s(len(items), cfg.episodes,
+            def step_fn(turn, items):
+                return step_many(client, items, cfg.sandbox, cfg.rewards,
+                                 timeout_s=step_deadline_s(items, cfg.sandbox,
                                                            total_threads(client)))
             if args.policy == "sft":
-                def sample_fn(turn, contexts, _episodes):
-                    return sample_actions(model, contexts, cfg.episodes.action_tokens,
+                def sample_fn(turn, contexts, _episodes, max_new_tokens, _k):
+                    return sample_actions(model, contexts, max_new_tokens,
                                           greedy=True, batch_size=cfg.sampling.batch_size)
             else:
                 sample_fn = scripted_policy(naive, tok)
+            env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": m})
             t0 = time.perf_counter()
-            eps = play(tasks, 1, cfg.episodes, m, cfg.policy.max_len, tok, sample_fn, step_fn)
+            eps = play(tasks, [env] * len(tasks), 1, cfg.policy.max_len, tok,
+                       cfg.sampling.max_new_tokens, sample_fn, step_fn)
             results[m] = (episode_metrics(eps), time.perf_counter() - t0)
             episodes_by_turns[m] = eps
     finally:

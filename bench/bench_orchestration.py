@@ -42,7 +42,10 @@ def main() -> int:
 
     from flows import iteration
     from flows.config import load_config
-    from flows.rollouts import close_clients, dask_client, execute_one
+    from envs.registry import env_for_task
+    from flows.episode_exec import step_episode
+    from flows.episodes import play
+    from flows.rollouts import close_clients, dask_client
     from storage.trajectories import read_trajectories
     from tasks.procedural import generate_suite
     from training.generate import Sample
@@ -58,8 +61,8 @@ def main() -> int:
     batch = [tasks[i % len(tasks)] for i in range(-(-args.rollouts // G))]  # tasks repeat
     samples = [Sample(tok.encode(t.prompt), tok.encode(t.reference, bos=False), [-0.1] * len(
         tok.encode(t.reference, bos=False)), t.reference, True) for t in batch for _ in range(G)]
-    samples = samples[:args.rollouts]
-    items = [(batch[i // G], s.text) for i, s in enumerate(samples)]
+    env = env_for_task(batch[0])
+    items = [(batch[i // G], s.text) for i, s in enumerate(samples)]  # whole groups
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker)
     print(f"{len(items)} rollouts ({len(batch)} add tasks x G={G}, reference solutions) on "
@@ -70,14 +73,15 @@ def main() -> int:
         return 1
 
     warm_up()  # starts the temporary Prefect API: not part of either figure
-    warm = client.map(execute_one, [t for t, _ in items[:8]], [x for _, x in items[:8]],
+    warm = client.map(step_episode, [env] * 8, [t for t, _ in items[:8]], [x for _, x in items[:8]],
                       sandbox_cfg=cfg.sandbox, reward_cfg=cfg.rewards, pure=False)
     wait(warm)  # every worker's sandbox is started before either measurement
 
     def plain_map() -> tuple[list, float]:
         t0 = time.perf_counter()
-        futures = client.map(execute_one, [t for t, _ in items], [x for _, x in items],
-                             sandbox_cfg=cfg.sandbox, reward_cfg=cfg.rewards, pure=False)
+        futures = client.map(step_episode, [env] * len(items), [t for t, _ in items],
+                             [x for _, x in items], sandbox_cfg=cfg.sandbox,
+                             reward_cfg=cfg.rewards, pure=False)
         out = client.gather(futures)
         return out, time.perf_counter() - t0
 
@@ -88,16 +92,19 @@ def main() -> int:
         from prefect import get_run_logger
 
         opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-        queue: list = []
-        t = time.perf_counter()
-        executed = iteration._rollouts(cfg, 0, 0, 0, items, opts, client, queue)
-        rollouts_s = time.perf_counter() - t
-        rows = iteration.score_rollouts.with_options(**opts)(cfg, 0, 0, 0, batch, samples,
-                                                             executed, 1.0, 0)
+        stage = iteration._Play(cfg, 0, 0, 0, False, opts, client)
+        given = iter(samples)  # the fixed completions stand in for the policy's turn
+
+        def sample_fn(turn, contexts, eps, max_new_tokens, k):
+            return [next(given) for _ in contexts]
+
+        eps = play(batch, [env] * len(batch), G, 10 ** 6, tok, 40, sample_fn, stage.step)
+        rollouts_s = stage.times["run_rollouts"]
+        rows = iteration.score_rollouts.with_options(**opts)(cfg, 0, 0, 0, eps, 0)
         iteration.write_trajectories.with_options(**opts)(cfg, 0, 0, rows)
         get_run_logger().info(f"{len(rows)} rows written")
-        return {"rollouts_s": rollouts_s, "rows": len(rows), "queue_samples": len(queue),
-                "solved": sum(e.breakdown.solved for e in executed)}
+        return {"rollouts_s": rollouts_s, "rows": len(rows), "queue_samples": len(stage.queue),
+                "solved": sum(bool(e.grade and e.grade.solved) for e in eps)}
 
     t0 = time.perf_counter()
     info = execution_half()

@@ -49,7 +49,7 @@ import torch  # noqa: E402
 
 from flows.config import load_config  # noqa: E402
 from flows.report import group_rate  # noqa: E402
-from flows.stages import sft_tasks, task_pool  # noqa: E402
+from flows.stages import sft_data, task_pool  # noqa: E402
 from storage.registry import read_metrics  # noqa: E402
 from tasks.curriculum import informative_groups  # noqa: E402
 from tasks.procedural import FAMILIES  # noqa: E402
@@ -95,7 +95,7 @@ def run_sft_control(rl_dir: Path, cfg, budget_s: float, out: Path) -> tuple[Path
     torch.manual_seed(cfg.seed)
     model = load_policy(str(checkpoints.checkpoint_dir(str(ctl_dir), 0) / "model")).train()
     tok = tokenizer_of(model)
-    train = [t for t in sft_tasks(cfg.tasks) if t.reference]
+    train = [t for _, ts in sft_data(cfg) for t in ts if t.reference]
     data = [(tok.encode_prompt(t.prompt), tok.encode(t.reference, bos=False) + [tok.eos_token_id])
             for t in train]
     sft, rng = cfg.sft, torch.Generator().manual_seed(cfg.seed)
@@ -156,7 +156,7 @@ def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:
     arm was rewarded on (never shown a solution), and that no reference exists to imitate."""
     from flows.iteration import pass_rates_on
 
-    tasks = [t for t in task_pool(cfg.tasks) if t.split == "train" and FAMILIES[t.family].verify_only]
+    tasks = [t for t in task_pool(cfg) if t.split == "train" and FAMILIES[t.family].verify_only]
     return pass_rates_on(_at(cfg, run_dir), version, tasks, "trained") if tasks else {}
 
 

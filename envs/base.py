@@ -25,9 +25,13 @@ from typing import Any, ClassVar, Mapping
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.io_tests import TestReport
+from rewards.io_tests import Outcome, TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
+
+
+__all__ = ["EnvError", "Environment", "NoOptions", "Outcome", "SingleTurnEnv", "StepContext",
+           "StepResult", "TestReport", "breakdown_of"]  # Outcome, TestReport: what verify returns
 
 
 class NoOptions(BaseModel):
@@ -65,13 +69,6 @@ def breakdown_of(info: Mapping[str, Any]) -> RewardBreakdown | None:
     """The grade of a finished episode, or None if it never got one."""
     g = info.get("grade")
     return g if isinstance(g, RewardBreakdown) else None
-
-
-def not_graded(task: Task, status: str, reward: float = 0.0) -> RewardBreakdown:
-    """A grade for an episode that left nothing to grade (e.g. no solution file): the model's
-    failure, scored `reward`, never NaN."""
-    return RewardBreakdown(reward, 0.0, 0, max(1, len(task.tests)), (), status, None, (), False,
-                           0.0)
 
 
 class Environment:
@@ -160,9 +157,12 @@ class Environment:
     # -- grading -----------------------------------------------------------------------------
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:
-        """Run the task's checks on `answer`: per-check outcomes (named where the kind knows),
-        the execution evidence and runtime hack flags. Status `infra_error` only when the host
-        failed, never for anything the answer did."""
+        """Run the task's checks on `answer`: one outcome per check ("passed", "failed",
+        "error", "timeout", "missing"; named in `test_names` where the kind knows), the
+        execution evidence and runtime hack flags. `status` is the sandbox's (`ok`, `failed`,
+        `timeout`, `memory_exceeded`, `output_truncated`), `syntax_error` when the answer
+        never ran because it does not parse (the reward's `syntax_ok` reads it), and
+        `infra_error` only when the host failed, never for anything the answer did."""
         raise NotImplementedError
 
     def static(self, task: Task, answer: str):

@@ -59,6 +59,11 @@ def known() -> dict[str, str]:
     return {**{k: v for k, v in plugins().items() if k not in BUILTIN}, **BUILTIN}
 
 
+# Kinds loaded by import path in this process, by their `name`: the tasks such a kind makes
+# carry that name, and must find their grader again without an entry point.
+_BY_PATH: dict[str, type[Environment]] = {}
+
+
 @functools.lru_cache(maxsize=None)
 def kind_class(name: str) -> type[Environment]:
     """The class of a kind: a registered name, or an import path 'module:Class'."""
@@ -68,7 +73,12 @@ def kind_class(name: str) -> type[Environment]:
     if name in found:
         return _load(found[name], f"kind {name!r} (plug-in, entry point group {GROUP!r})")
     if ":" in name:
-        return _load(name, f"kind {name!r}")
+        cls = _load(name, f"kind {name!r}")
+        if cls.name and cls.name not in BUILTIN:
+            _BY_PATH.setdefault(cls.name, cls)
+        return cls
+    if name in _BY_PATH:
+        return _BY_PATH[name]
     raise EnvError(f"unknown kind {name!r}; known: {', '.join(sorted(known()))} "
                    f"(or a 'module:Class' import path)")
 

@@ -35,8 +35,13 @@ def _clean(v):
 
 
 def metrics_table(metrics) -> list[dict]:
-    """Rows of the metrics table (one per iteration), NaN as empty cells."""
+    """Rows of the metrics table (one per iteration), NaN as empty cells; with several task
+    sources, their held-out pass rates too."""
     cols = [(k, h) for k, h in TABLE_COLUMNS if k in metrics.columns]
+    per_source = sorted(k for k in metrics.columns
+                        if k.startswith("heldout/source/") and k.endswith("/pass_greedy"))
+    if len(per_source) > 1:
+        cols += [(k, f"held-out greedy [{k.split('/')[2]}]") for k in per_source]
     return [{h: _clean(m[k].item() if hasattr(m[k], "item") else m[k]) for k, h in cols}
             for _, m in metrics.sort_values("iteration").iterrows()]
 

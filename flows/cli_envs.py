@@ -44,8 +44,12 @@ def _jsonable(v) -> bool:
 
 def describe(name: str, path: str, origin: str) -> dict:
     from envs.base import EnvError
-    from envs.registry import kind_class
+    from envs.registry import BUILTIN, kind_class
 
+    if origin == "plug-in" and name in BUILTIN:
+        return {"kind": name, "path": path, "origin": origin,
+                "error": f"its name is a built-in kind's ({BUILTIN[name]}), which wins; "
+                         f"rename the entry point"}
     try:
         cls = kind_class(name)
     except EnvError as exc:
@@ -60,7 +64,7 @@ def _envs(args: argparse.Namespace) -> int:
     from envs.registry import BUILTIN, plugins
 
     rows = [(n, p, "built-in") for n, p in BUILTIN.items()]
-    rows += [(n, p, "plug-in") for n, p in plugins().items() if n not in BUILTIN]
+    rows += [(n, p, "plug-in") for n, p in plugins().items()]
     if args.kind:
         rows = [r for r in rows if r[0] == args.kind] or (
             [(args.kind, args.kind, "import path")] if ":" in args.kind else [])

@@ -70,14 +70,21 @@ class Episode:
 def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, tok,
          action_tokens: int, sample_fn: SampleFn, step_fn: StepFn) -> list[Episode]:
     """Run `group` episodes per task (`envs[i]` plays `tasks[i]`) to the end, all turns
-    batched (see the module docstring). After the first turn, an episode whose context has no
-    room left for another action is ended and graded as it stands (`end_reason` context_full).
+    batched (see the module docstring). A task whose first observation leaves no room for an
+    action is refused (ValueError); after the first turn, an episode whose context has no room
+    left for another action is ended and graded as it stands (`end_reason` context_full).
     `action_tokens` is the default action budget (`sampling.max_new_tokens`)."""
     eps = []
     for t, env in zip(tasks, envs):
         state, obs = env.reset(t)
+        ids = tok.encode_prompt(obs)
+        need = len(ids) + env.action_tokens(action_tokens)
+        if need > max_len:  # a config that cannot fit the task, not a failure of the model
+            raise ValueError(f"task {t.task_id}: its first observation is {len(ids)} tokens and "
+                             f"an action up to {need - len(ids)}, more than policy.max_len="
+                             f"{max_len}; raise policy.max_len or drop the task")
         for g in range(group):
-            eps.append(Episode(t, env, g, state, obs, EpisodeTokens(tok.encode_prompt(obs))))
+            eps.append(Episode(t, env, g, state, obs, EpisodeTokens(list(ids))))
     for turn in range(1, max((e.env.max_turns for e in eps), default=0) + 1):
         live = [e for e in eps if not e.done]
         if not live:

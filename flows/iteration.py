@@ -332,14 +332,25 @@ class _Play:
                     cfg.sampling.max_new_tokens, self.sample, self.step)
 
 
-def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client) -> dict:
-    """Held-out pass rates of one policy version: greedy (1 episode per task) and sampled
-    (`tasks.heldout_samples` per task), overall, per family and per source."""
-    tasks = stages.heldout_tasks(cfg)
+def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client,
+                    tasks: list[Task] | None = None, prefix: str = "heldout") -> dict:
+    """Pass rates of one policy version on `tasks` (default: the held-out ones), greedy (1
+    episode per task) and sampled (`tasks.heldout_samples` per task), overall, per family and
+    per source, as `<prefix>/...` metrics."""
+    tasks = stages.heldout_tasks(cfg) if tasks is None else tasks
     greedy = _Play(cfg, version, version, "eval-greedy", True, opts, client).play(tasks, 1)
     sampled = _Play(cfg, version, version, "eval-sampled", False, opts, client).play(
         tasks, cfg.tasks.heldout_samples)
-    return heldout_metrics(tasks, greedy, sampled)
+    return heldout_metrics(tasks, greedy, sampled, prefix)
+
+
+def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) -> dict:
+    """`evaluate_policy` from outside a run's flow (benchmarks), on the run's cluster and
+    result store."""
+    c = cfg.cluster
+    opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
+    return evaluate_policy(cfg, version, opts, dask_client(c.address, c.n_workers,
+                                                           c.threads_per_worker), tasks, prefix)
 
 
 def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:

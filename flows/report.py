@@ -62,6 +62,14 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
     fams = sorted({k.split("/")[1] for k in b if k.count("/") == 2})
     rows = [("greedy", b["heldout/pass_greedy"], f["heldout/pass_greedy"]),
             ("sampled", b["heldout/pass_sampled"], f["heldout/pass_sampled"])]
+    sources = sorted({k.split("/")[2] for k in b if k.startswith("heldout/source/")})
+    if len(sources) > 1:  # one source is the whole table already
+        for src in sources:
+            key = f"heldout/source/{src}"
+            rows.append((f"source {src} ({b.get(f'{key}/tasks')})",
+                         (b[f"{key}/pass_greedy"], b[f"{key}/pass_sampled"]),
+                         (f.get(f"{key}/pass_greedy", math.nan),
+                          f.get(f"{key}/pass_sampled", math.nan))))
     for name, group in family_groups(fams).items():
         n = sum(b.get(f"heldout/{fam}/tasks", 0) for fam in group)
         rows.append((f"{name} ({n})", (group_rate(b, group, "greedy"), group_rate(b, group, "sampled")),
@@ -77,6 +85,8 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
 
     width = max(len(r[0]) for r in rows) + 2
     out = [iteration_table(metrics), "",
+           f"held-out pass rate ({b['heldout/tasks']} tasks; per source and family: greedy / "
+           f"sampled)" if len(sources) > 1 else
            f"held-out pass rate ({b['heldout/tasks']} tasks; per family: greedy / sampled)",
            f"  {'':<{width}}{'SFT start (v0)':<17}after RL (v{result['iterations']})"]
     out += [f"  {label:<{width}}{cell(v0):<17}{cell(v1)}" for label, v0, v1 in rows]

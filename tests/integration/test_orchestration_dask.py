@@ -4,7 +4,6 @@ killed (SIGKILL) while it executes rollouts of the rollout stage; the iteration 
 completes, on the other worker, with every rollout stored exactly once."""
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,47 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from dask_cluster import dask_cluster
 from flows.env import standalone_env
 from flows.stages import read_journal
-from distributed import Client
 
 from storage.registry import finished_iterations, read_metrics
 from storage.trajectories import read_trajectories
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 ROOT = Path(__file__).resolve().parents[2]
-DASK = str(Path(sys.executable).parent / "dask")
-
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture()
 def cluster(tmp_path):
-    port = _free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    log = open(tmp_path / "dask.log", "w")
-    kw = dict(cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    procs = [subprocess.Popen([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
-                               "--dashboard-address", "127.0.0.1:0"], **kw)]
-    try:
-        for _ in range(2):
-            procs.append(subprocess.Popen([DASK, "worker", address, "--host", "127.0.0.1",
-                                           "--nthreads", "1", "--no-nanny", "--no-dashboard"], **kw))
-        client = Client(address, timeout=60)
-        client.wait_for_workers(2, timeout=120)
-        yield address, client, procs
-        client.close()
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=10)
-        log.close()
+    with dask_cluster(tmp_path / "dask.log", ROOT, workers=2, nanny=False) as c:
+        yield c
 
 
 def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp_path):
@@ -77,7 +49,7 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
             if any(r["stage"] == "run_rollouts" and r["event"] == "start"
                    for r in read_journal(run_dir)):
                 busy = {w: keys for w, keys in client.processing().items()
-                        if any(str(k).startswith("execute_one") for k in keys)}
+                        if any(str(k).startswith("step_episode") for k in keys)}
                 if busy:
                     killed = sorted(busy)[0]
                     os.kill(pids[killed], signal.SIGKILL)

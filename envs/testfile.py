@@ -1,0 +1,59 @@
+"""Kind `testfile`: the task carries a test file (pytest, or MBPP-style `assert` lines) run in
+the sandbox against the candidate module; the verifier, its payload and its threat model are in
+rewards/testfile_tests.py, the grader's pytest plugin in rewards/testfile_plugin.py."""
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+
+from envs.base import SingleTurnEnv
+from rewards.io_tests import TestReport
+from rewards.static_checks import StaticReport, check_static
+from rewards.testfile_tests import (TestFilePayload, payload_problems, run_test_file,
+                                    solution_source, testfile_hack_flags)
+from sandbox.base import Limits, Sandbox
+from tasks.record import Task
+
+
+class TestFileEnv(SingleTurnEnv):
+    """A task's own test file, run by pytest in the sandbox against the answer."""
+
+    __test__ = False
+    name = "testfile"
+    description = "a Python module graded by the task's own test file (pytest or assert lines)"
+    Payload = TestFilePayload
+    site_packages = True  # pytest lives in the interpreter's site-packages
+
+    def validate(self, task: Task) -> Task:
+        super().validate(task)  # the payload's fields, named
+        bad = payload_problems(task)
+        if bad:
+            raise ValueError("; ".join(bad))
+        return task
+
+    def problems(self, task: Task) -> list[str]:
+        try:
+            self.validate(task)
+        except ValueError as exc:
+            return [str(exc)]
+        if task.reference is not None:
+            try:
+                ast.parse(solution_source(task, task.reference))
+            except (SyntaxError, ValueError) as exc:
+                return [f"field 'reference': does not parse with the prompt: {exc}"]
+        return []
+
+    def trivial_answers(self, task: Task) -> dict[str, str]:
+        return {"pass": "    pass\n"} if task.entry_point else {"empty": ""}
+
+    def static(self, task: Task, answer: str) -> StaticReport:
+        prompt = task.prompt if task.entry_point else ""
+        base = check_static(prompt, answer)
+        if not base.syntax_ok:
+            return base
+        extra = testfile_hack_flags(prompt + answer, prompt.count("\n") + 1)
+        return replace(base, hack_flags=tuple(sorted(set(base.hack_flags) | set(extra))))
+
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        return run_test_file(task, answer, sandbox, limits, per_test_timeout_s)
