@@ -78,8 +78,8 @@ class RLConfig(BaseModel):
     micro_batch_tokens: int | None = Field(
         None, ge=1, description="token budget of a micro-batch (rows x longest row, padding "
         "included); sequences are packed longest-first and each micro-batch is weighted so the "
-        "step equals the full-batch mean. None: micro_batch_size sequences per micro-batch, each "
-        "micro-batch's mean weighted equally (one process) or exactly (several processes)")
+        "step equals the full-batch mean. None: micro_batch_size sequences per micro-batch, "
+        "weighted the same way (the step is the full-batch mean, whatever the split)")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio")
     clip_eps_high: float | None = Field(
         None, gt=0, description="upper clip range (DAPO's clip-higher, Yu et al. 2025); None: clip_eps")

@@ -59,6 +59,16 @@ def test_token_budget_micro_batches_give_the_same_step_as_one_micro_batch(base, 
     assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4  # and the step did move the weights
 
 
+def test_one_process_micro_batches_give_the_same_step_as_one_micro_batch(base, tmp_path):
+    # 10 samples in micro-batches of 3 (3, 3, 3, 1): the last one must not count 3x per sample.
+    a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
+    small = grpo_update(a, 0, _samples(), POLICY, RLConfig(micro_batch_size=3), 1.0, 0)
+    grpo_update(b, 0, _samples(), POLICY, RLConfig(micro_batch_size=64), 1.0, 0)
+    assert small["train/micro_steps"] == 2 * 4
+    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
+    assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4
+
+
 def test_lr_inherit_keeps_the_warm_starts_last_lr_and_constant_uses_rl_lr(base, tmp_path):
     a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
     inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="inherit"), 1.0, 0)
