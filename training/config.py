@@ -1,7 +1,8 @@
 """The policy and its training: model shape, sampling, SFT warm start, RL update, DeepSpeed.
 
-Every field added after the first loop is opt-in: its default reproduces the loop's original
-numerics exactly (byte-level GPT-2, GRPO, `seq_mean`, the inherited learning rate).
+Every field added after the first loop is opt-in: its default keeps the loop's original choices
+(byte-level GPT-2, GRPO, `seq_mean`). The step is the mean over the whole iteration's samples,
+zero-advantage ones included, whatever the micro-batch split (training/trainer.py `_units`).
 """
 from __future__ import annotations
 
@@ -90,7 +91,8 @@ class RLConfig(BaseModel):
         "seq_mean", description="seq_mean: mean over each sequence's tokens, then over sequences "
         "(GRPO paper); token_mean: one mean over all tokens (DAPO); seq_sum_norm: each sequence's "
         "token sum over a constant (policy.max_len), then the mean over sequences (Dr.GRPO, "
-        "Liu et al. 2025: no length normalisation per sequence)")
+        "Liu et al. 2025: no length normalisation per sequence). Every sample of the iteration "
+        "counts, zero-advantage ones included, in the mean and in the KL term")
     kl_coef: float = Field(0.0, ge=0, description="beta of a KL penalty to the frozen reference "
                            "policy (checkpoint version 0, the SFT start); 0: off, none loaded")
     replay_coef: float = Field(0.0, ge=0, description="weight of a replay loss added to every "

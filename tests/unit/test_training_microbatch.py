@@ -62,3 +62,15 @@ def test_token_mean_units_count_predicted_completion_tokens_after_truncation():
     assert loss_units(4, 6, 8, "token_mean") == 4
     assert loss_units(0, 6, None, "token_mean") == 5  # the first token has no prediction
     assert loss_units(4, 6, 8, "seq_mean") == 1
+
+
+def test_samples_left_out_of_the_plan_still_count_in_the_normaliser():
+    # Samples 0..4 run; 5..9 have a loss of exactly 0 and are not run, but the step is still
+    # the mean over all ten: sum_{i<5} loss_i * u_i / sum_{all} u_i.
+    units = [1, 2, 3, 1, 2, 4, 4, 1, 1, 1]
+    loss = [0.5, -1.0, 2.0, 0.25, 1.5]
+    plan = plan_update([[3, 1, 4, 0, 2]], [5] * 5, units[:5], 2, None, 1, 0, sum(units))
+    assert _combined(plan, loss, units, 1)[0] == pytest.approx(
+        sum(l * u for l, u in zip(loss, units)) / sum(units), rel=1e-12)
+    with pytest.raises(ValueError, match="total_units"):
+        plan_update([[0, 1]], [5, 5], [1, 1], 2, None, 1, 0, 1)
