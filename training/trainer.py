@@ -17,9 +17,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from rewards.advantages import advantages_for
 from training import checkpoints
 from training import engine as eng
-from training.advantages import ADVANTAGES
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
 from training.episodes import policy_token_units
@@ -194,7 +194,8 @@ def _with_advantages(samples: list[RLSample], rl: RLConfig) -> list[RLSample]:
     if bad:
         raise ValueError(f"rl.algorithm='rloo' recomputes advantages from RLSample.reward and "
                          f"RLSample.group_id; sample(s) {bad[:5]} have no group_id")
-    adv = ADVANTAGES["rloo"]([s.reward for s in samples], np.array([str(s.group_id) for s in samples]))
+    adv = advantages_for("rloo", rl.scale_advantages, [s.reward for s in samples],
+                         [str(s.group_id) for s in samples])
     return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 
