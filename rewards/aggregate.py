@@ -1,14 +1,15 @@
-"""From test outcomes, static and runtime signals to one scalar reward, and from rewards to GRPO
-group advantages. Every component stays in the `RewardBreakdown` next to the scalar."""
+"""From test outcomes, static and runtime signals to one scalar reward. Every component stays in
+the `RewardBreakdown` next to the scalar. Group advantages live in rewards/advantages.py
+(`group_advantages` is importable from here too)."""
 from __future__ import annotations
 
 import math
 from collections import Counter
 from dataclasses import dataclass
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from rewards.advantages import group_advantages  # noqa: F401  (the flows' entry point)
 from rewards.io_tests import TestReport
 from rewards.static_checks import StaticReport
 
@@ -105,22 +106,3 @@ def aggregate(report: TestReport, cfg: RewardConfig, static: StaticReport | None
                   - cfg.timeout_weight * (signals["timeouts"] / total if total else 0.0))
     return RewardBreakdown(reward, frac, report.passed, total, report.outcomes, report.status,
                            first_error, flags, False, exec_time, **signals)
-
-
-def group_advantages(rewards: np.ndarray, group_ids: np.ndarray, eps: float = 1e-6,
-                     scale: bool = True) -> np.ndarray:
-    """GRPO: reward minus its group's mean, over the group's std. NaN rewards get advantage 0
-    and are left out of their group's statistics (they were not scored, not scored zero)."""
-    rewards = np.asarray(rewards, dtype=np.float64)
-    group_ids = np.asarray(group_ids)
-    adv = np.zeros_like(rewards)
-    for g in np.unique(group_ids):
-        idx = np.flatnonzero((group_ids == g) & ~np.isnan(rewards))
-        if idx.size == 0:
-            continue
-        r = rewards[idx]
-        a = r - r.mean()
-        if scale:
-            a = a / (r.std() + eps)
-        adv[idx] = a
-    return adv

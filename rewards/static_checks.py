@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pyflakes.checker import Builtin, Checker
 
-from rewards.records import looks_like_success_report
+from rewards.records import imitates_a_record
 
 _BUILTIN_TYPES = {"int", "float", "str", "bool", "list", "tuple", "dict", "set", "frozenset",
                   "bytes", "complex"}
@@ -104,7 +104,7 @@ def check_static(prompt: str, completion: str) -> StaticReport:
                 forbidden.append(f"call:{name}")
             if name in ("print", "sys.stdout.write", "sys.stderr.write") and any(
                     isinstance(a, ast.Constant) and isinstance(a.value, str)
-                    and looks_like_success_report(a.value) for a in ast.walk(n)):
+                    and imitates_a_record(a.value) for a in ast.walk(n)):
                 flags.add("fake_success_report")
         elif isinstance(n, ast.Attribute) and n.attr in _FLAGGED_ATTRS:
             flags.add("introspection")

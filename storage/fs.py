@@ -5,7 +5,8 @@ renamed into place. Readers never pick up the temporary name: it starts with "."
 ignores such files by default) and does not end in ".parquet"/".json" (the globs of DuckDB and of
 this package do not match it).
 
-Local folders: `os.replace` after an fsync, atomic on POSIX, replacing any previous file.
+Local folders: `os.replace` (atomic on POSIX, replacing any previous file) between an fsync of
+the file and one of its folder (`durable_replace`), so a crash can lose neither.
 Other filesystems (memory://, s3://, gs://, ...): the temporary object is moved with fsspec's
 `mv`. On object stores that is a copy then a delete; what makes it safe there is that an object
 store never shows a partially uploaded object, so a reader sees either the old object or the new one.
@@ -82,6 +83,38 @@ def _temporary_sibling(loc: Location) -> Location:
     return loc.parent().join(f".{loc.name}.tmp-{uuid.uuid4().hex[:12]}")
 
 
+def _fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def durable_replace(src: str, dst: str) -> None:
+    """`os.replace` that survives a crash: the file's data is synced before the name points at
+    it, and the folder after, since the new name is an entry of the folder that a crash could
+    otherwise lose (leaving the old file, or none). Local paths only."""
+    _fsync_path(src)
+    os.replace(src, dst)
+    _fsync_path(os.path.dirname(os.path.abspath(dst)))
+
+
+def _makedirs(folder: Location) -> None:
+    """Create `folder` and its missing parents; locally, each new entry is synced into its
+    parent, so a crash cannot lose the folder that a durable file was renamed into."""
+    if not folder.is_local:
+        folder.fs.makedirs(folder.path, exist_ok=True)
+        return
+    missing, path = [], os.path.abspath(folder.path)
+    while not os.path.isdir(path):
+        missing.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(folder.path, exist_ok=True)
+    for new in reversed(missing):
+        _fsync_path(os.path.dirname(new))
+
+
 def atomic_write(loc: Location, write: Callable[[Any], None]) -> Location:
     """Write `loc` through `write(target)` under a temporary name, then rename it into place.
 
@@ -90,16 +123,11 @@ def atomic_write(loc: Location, write: Callable[[Any], None]) -> Location:
     untouched (the old file, if any, stays) and no file that a reader would pick up.
     """
     tmp = _temporary_sibling(loc)
-    loc.fs.makedirs(loc.parent().path, exist_ok=True)
+    _makedirs(loc.parent())
     try:
         if loc.is_local:
             write(tmp.path)
-            fd = os.open(tmp.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # the data is on disk before the name points at it
-            finally:
-                os.close(fd)
-            os.replace(tmp.path, loc.path)
+            durable_replace(tmp.path, loc.path)
         else:
             with loc.fs.open(tmp.path, "wb") as f:
                 write(f)

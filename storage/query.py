@@ -109,6 +109,24 @@ def connect(store: str) -> tuple[duckdb.DuckDBPyConnection, StoreSummary]:
         raise FileNotFoundError(
             f"no store at {root.uri!r}: expected a folder of runs (<store>/<run_id>/trajectories/"
             "iteration=<n>/*.parquet); pass --store PATH or write a run first")
+    # DESCRIBE opens the files: a compaction that retires one meanwhile makes it start over
+    return trajectories.retrying(lambda: _connect(root, store), f"querying {root.uri}")
+
+
+def query(store: str, sql: str) -> pa.Table:
+    """Run one SQL statement over the store's views on one consistent set of files: if a
+    concurrent compaction or rewrite retires a file the views named, it starts over."""
+    def once() -> pa.Table:
+        con, _ = connect(store)
+        rel = con.sql(sql)
+        if rel is None:
+            raise ValueError("the SQL returned no result; use a query (SELECT ..., DESCRIBE ...)")
+        return rel.fetch_arrow_table()
+
+    return trajectories.retrying(once, f"querying {store}")
+
+
+def _connect(root: Location, store: str) -> tuple[duckdb.DuckDBPyConnection, StoreSummary]:
     con = duckdb.connect()
     if not root.is_local:
         con.register_filesystem(root.fs)

@@ -2,15 +2,18 @@
 
 Layout under a run folder (`<store>/<run_id>/`):
 
-    trajectories/iteration=<n>/shard-<k>.parquet          one shard as the flow wrote it
-    trajectories/iteration=<n>/shards-<a>-<b>.parquet     shards a..b merged by `compact`
+    trajectories/iteration=<n>/_manifest.json                the iteration's live files
+    trajectories/iteration=<n>/shard-<k>-g<gen>.parquet      one shard as the flow wrote it
+    trajectories/iteration=<n>/shards-<a>-<b>-g<gen>.parquet shards a..b merged by `compact`
 
 `iteration` is a hive partition: it is in the folder name and not inside the files, so pandas,
 pyarrow.dataset and DuckDB all read it as a column without a clash. `run_id` and `shard` are
-columns inside the files. The file names say which shards a file holds, which is what makes
-writes idempotent after compaction too: a file whose shard range lies inside another file's
-range is superseded (left over by a crash between two steps) and is ignored, then deleted by
-the next write or compaction of that iteration.
+columns inside the files. Which files are live is what the manifest says (storage/manifest.py):
+each change of an iteration switches it in one rename, so this module's readers see one attempt
+or the next, never rows of both, and a crash at any step loses and duplicates nothing. Readers
+that glob the folder directly see the same files once a change has finished (its retired files
+are deleted right after the switch). One writer per iteration at a time (the flow's stage, or a
+compaction), any number of readers.
 """
 from __future__ import annotations
 
@@ -26,31 +29,20 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from storage import manifest
 from storage.fs import Location, atomic_write, locate
+from storage.manifest import ShardFile
 from storage.schema import (FILE_SCHEMA, PARTITION_SCHEMA, SCHEMA_VERSION, TRAJECTORY_SCHEMA,
                             rows_to_table, table_to_file_table)
 
 __all__ = ["SCHEMA_VERSION", "TRAJECTORY_SCHEMA", "write_shard", "write_shard_table",
-           "read_trajectories", "shards_written", "compact", "live_files", "iterations_written",
-           "open_dataset", "CompactionResult"]
+           "write_iteration", "drop_shards_from", "read_trajectories", "shards_written", "compact",
+           "live_files", "iterations_written", "open_dataset", "CompactionResult"]
 
 ROW_GROUP_SIZE = 128 * 1024
 COMPRESSION = "zstd"
-_SHARD = re.compile(r"^shard-(\d+)\.parquet$")
-_RANGE = re.compile(r"^shards-(\d+)-(\d+)\.parquet$")
+READ_ATTEMPTS = 20  # a read that loses a file to a concurrent change starts over, this often
 _ITERATION = re.compile(r"^iteration=(\d+)$")
-
-
-@dataclass(frozen=True)
-class ShardFile:
-    """A Parquet file of one iteration and the inclusive range of shards it holds."""
-
-    loc: Location
-    first: int
-    last: int
-
-    def holds(self, shard: int) -> bool:
-        return self.first <= shard <= self.last
 
 
 @dataclass(frozen=True)
@@ -78,35 +70,6 @@ def _run(run_dir: str) -> Location:
 
 def _iteration_dir(run: Location, iteration: int) -> Location:
     return run.join("trajectories", f"iteration={iteration}")
-
-
-def _file_name(first: int, last: int) -> str:
-    return f"shard-{first:05d}.parquet" if first == last else f"shards-{first:05d}-{last:05d}.parquet"
-
-
-def _scan(folder: Location) -> tuple[list[ShardFile], list[ShardFile]]:
-    """(live, superseded) files of an iteration folder, live sorted by first shard."""
-    files = []
-    for name in folder.names():
-        if m := _SHARD.match(name):
-            files.append(ShardFile(folder.join(name), int(m[1]), int(m[1])))
-        elif m := _RANGE.match(name):
-            files.append(ShardFile(folder.join(name), int(m[1]), int(m[2])))
-    # Ranges are nested or disjoint (compaction merges whole files, a rewrite splits one), so a
-    # file is superseded exactly when an earlier-starting, wider file reaches past its end.
-    files.sort(key=lambda f: (f.first, -f.last))
-    live, dead, reach = [], [], -1
-    for f in files:
-        (dead if f.last <= reach else live).append(f)
-        reach = max(reach, f.last)
-    return live, dead
-
-
-def _remove_superseded(folder: Location) -> list[ShardFile]:
-    live, dead = _scan(folder)
-    for f in dead:
-        f.loc.remove()
-    return live
 
 
 def _arrow_fs(loc: Location) -> Any:
@@ -156,64 +119,84 @@ def write_shard(run_dir: str, iteration: int, shard: int, rows: list[dict]) -> s
     return _write_conformed(_run(run_dir), iteration, shard, file_table)
 
 
+def _piece(folder: Location, table: pa.Table, iteration: int, first: int, last: int,
+           generation: int) -> ShardFile:
+    f = ShardFile(folder.join(manifest.file_name(first, last, generation)), first, last)
+    _write_parquet(f.loc, table, iteration, first, last)
+    return f
+
+
 def _write_conformed(run: Location, iteration: int, shard: int, table: pa.Table) -> str:
     folder = _iteration_dir(run, iteration)
-    merged = [f for f in _remove_superseded(folder) if f.holds(shard) and f.first != f.last]
-    for f in merged:
-        _split_around(f, shard, iteration)
-    final = folder.join(_file_name(shard, shard))
-    _write_parquet(final, table, iteration, shard, shard)
-    for f in merged:
-        # One delete switches readers from the merged file to its pieces plus the new shard.
-        f.loc.remove()
-    return final.uri
+    state = manifest.read(folder)
+    gen = state.generation + 1
+    files = [f for f in state.files if not f.holds(shard)]
+    for f in state.files:
+        if f.holds(shard) and f.first != f.last:  # a compacted file: keep its other shards
+            files += _split_around(f, shard, iteration, gen)
+    new = _piece(folder, table, iteration, shard, shard, gen)
+    manifest.commit(folder, gen, files + [new])
+    return new.loc.uri
 
 
-def _split_around(f: ShardFile, shard: int, iteration: int) -> None:
-    """Copy the rows of compacted file `f` except `shard` into (at most) two files around it.
-    Until `f` is deleted the pieces are superseded by it, so readers still see f's rows."""
+def _split_around(f: ShardFile, shard: int, iteration: int, gen: int) -> list[ShardFile]:
+    """Copy the rows of compacted file `f` except `shard` into (at most) two new files."""
     rows = _read_files([f])
     shard_col = rows.column("shard")
+    out = []
     for first, last in ((f.first, shard - 1), (shard + 1, f.last)):
-        if first > last:
-            continue
-        mask = pc.and_(pc.greater_equal(shard_col, first), pc.less_equal(shard_col, last))
-        _write_parquet(f.loc.parent().join(_file_name(first, last)), rows.filter(mask),
-                       iteration, first, last)
+        if first <= last:
+            mask = pc.and_(pc.greater_equal(shard_col, first), pc.less_equal(shard_col, last))
+            out.append(_piece(f.loc.parent(), rows.filter(mask), iteration, first, last, gen))
+    return out
+
+
+def write_iteration(run_dir: str, iteration: int, rows_per_shard: list[list[dict]]) -> list[str]:
+    """Make `rows_per_shard` (shard k = element k) the whole content of `iteration`, replacing
+    any earlier attempt in one switch: readers see the old attempt or this one, never rows of
+    both, and a crash at any step leaves one of the two. Every row is checked before anything is
+    written. Returns the files' paths (URIs for non-local stores)."""
+    _check_index("iteration", iteration)
+    tables = [rows_to_table(rows, iteration, k) for k, rows in enumerate(rows_per_shard)]
+    folder = _iteration_dir(_run(run_dir), iteration)
+    gen = manifest.read(folder).generation + 1
+    files = [_piece(folder, t, iteration, k, k, gen) for k, t in enumerate(tables)]
+    manifest.commit(folder, gen, files)
+    return [f.loc.uri for f in files]
 
 
 def drop_shards_from(run_dir: str, iteration: int, first: int) -> int:
     """Remove every shard >= `first` of an iteration (left by an earlier attempt that wrote more
     shards than the one that replaced it); returns how many shards' files were removed or cut.
-    A compacted file reaching across `first` keeps its lower shards: they are split off first."""
+    A compacted file reaching across `first` keeps its lower shards. Prefer `write_iteration`,
+    which replaces an attempt in one switch."""
     _check_index("iteration", iteration)
     _check_index("first", first)
     folder = _iteration_dir(_run(run_dir), iteration)
     if not folder.exists():
         return 0
-    removed = 0
-    for f in _remove_superseded(folder):
-        if f.last < first:
-            continue
-        if f.first < first:  # keep its lower shards in a file of their own, then drop it
+    state = manifest.read(folder)
+    gen = state.generation + 1
+    files = [f for f in state.files if f.last < first]
+    cut = [f for f in state.files if f.last >= first]
+    for f in cut:
+        if f.first < first:
             rows = _read_files([f])
-            keep = rows.filter(pc.less(rows.column("shard"), first))
-            _write_parquet(folder.join(_file_name(f.first, first - 1)), keep, iteration,
-                           f.first, first - 1)
-        f.loc.remove()
-        removed += 1
-    return removed
+            files.append(_piece(folder, rows.filter(pc.less(rows.column("shard"), first)),
+                                iteration, f.first, first - 1, gen))
+    if cut or state.generation == 0:
+        manifest.commit(folder, gen, files)
+    else:
+        manifest.sweep(folder, state)
+    return len(cut)
 
 
 def live_files(run_dir: str, iteration: int | None = None) -> list[str]:
-    """The Parquet files a reader should read (superseded leftovers excluded), in order."""
+    """The Parquet files the iteration's manifest names, in shard order: one consistent set per
+    iteration (a later change may retire them; `read_trajectories` starts over when it does)."""
     run = _run(run_dir)
     iterations = [iteration] if iteration is not None else iterations_written(run_dir)
-    out = []
-    for it in iterations:
-        live, _ = _scan(_iteration_dir(run, it))
-        out.extend(f.loc.path for f in live)
-    return out
+    return [f.loc.path for it in iterations for f in manifest.read(_iteration_dir(run, it)).files]
 
 
 def iterations_written(run_dir: str) -> list[int]:
@@ -224,22 +207,50 @@ def iterations_written(run_dir: str) -> list[int]:
 
 def shards_written(run_dir: str, iteration: int) -> set[int]:
     """Shards of `iteration` whose write completed (compacted ones included)."""
-    live, _ = _scan(_iteration_dir(_run(run_dir), _check_index("iteration", iteration)))
-    return {k for f in live for k in range(f.first, f.last + 1)}
+    state = manifest.read(_iteration_dir(_run(run_dir), _check_index("iteration", iteration)))
+    return {k for f in state.files for k in range(f.first, f.last + 1)}
 
 
 def open_dataset(run_dir: str, iteration: int | None = None) -> ds.Dataset:
-    """A pyarrow Dataset of the run's trajectories in TRAJECTORY_SCHEMA (iteration included)."""
+    """A pyarrow Dataset of the run's trajectories in TRAJECTORY_SCHEMA (iteration included):
+    the live files at this moment. Scan it promptly: a compaction or rewrite after this call
+    can retire its files; `read_trajectories` reads consistently whatever runs meanwhile."""
     run = _run(run_dir)
     files = live_files(run_dir, iteration)
     return ds.dataset(files, schema=TRAJECTORY_SCHEMA, format="parquet", filesystem=_arrow_fs(run),
                       partitioning=ds.partitioning(PARTITION_SCHEMA, flavor="hive"))
 
 
+def _vanished(exc: BaseException) -> bool:
+    """A file that was listed is gone (pyarrow and DuckDB word it in their own ways)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    text = str(exc).lower()
+    return (isinstance(exc, OSError) or type(exc).__name__ == "IOException") and (
+        "no such file" in text or "no files found" in text)
+
+
+def retrying(read, what: str):
+    """`read()` again while a concurrent change retires a file it had listed (each try reads
+    one manifest per iteration, a consistent set), at most READ_ATTEMPTS times."""
+    for attempt in range(READ_ATTEMPTS):
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - only a vanished file is retried
+            if not _vanished(exc):
+                raise
+            if attempt == READ_ATTEMPTS - 1:
+                raise FileNotFoundError(f"{what}: files kept vanishing under {READ_ATTEMPTS} "
+                                        f"reads (a change of the store in a tight loop?): {exc}"
+                                        ) from None
+
+
 def read_trajectories(run_dir: str, iteration: int | None = None) -> pd.DataFrame:
     """All rows of the run (or of one iteration) as a DataFrame in TRAJECTORY_SCHEMA column
-    order, ordered by iteration then shard. Null rewards come back as NaN."""
-    return open_dataset(run_dir, iteration).to_table().to_pandas()
+    order, ordered by iteration then shard. Null rewards come back as NaN. Consistent while
+    shards are rewritten or compacted: one set of files per iteration, never a missing one."""
+    return retrying(lambda: open_dataset(run_dir, iteration).to_table().to_pandas(),
+                    f"reading {run_dir}")
 
 
 def _remove_stale_temporaries(folder: Location, older_than_s: float) -> int:
@@ -268,7 +279,8 @@ def compact(run_dir: str, iteration: int, target_rows: int = 1_000_000,
         raise ValueError(f"target_rows={target_rows}: expected >= 1")
     run = _run(run_dir)
     folder = _iteration_dir(run, iteration)
-    live = _remove_superseded(folder)
+    state = manifest.read(folder)
+    live, gen = list(state.files), state.generation + 1
     stale = _remove_stale_temporaries(folder, stale_after_s)
     counts = {f.loc.path: pq.read_metadata(f.loc.path, filesystem=_arrow_fs(run)).num_rows
               for f in live}
@@ -279,13 +291,10 @@ def compact(run_dir: str, iteration: int, target_rows: int = 1_000_000,
             g.append(f)
         else:
             groups.append([f])
-    for g in groups:
-        if len(g) < 2:
-            continue
-        table = _read_files(g)
-        first, last = g[0].first, g[-1].last
-        # The merged file supersedes its members the moment it is renamed into place.
-        _write_parquet(folder.join(_file_name(first, last)), table, iteration, first, last)
-        for f in g:
-            f.loc.remove()
+    files = [g[0] if len(g) == 1 else _piece(folder, _read_files(g), iteration, g[0].first,
+                                             g[-1].last, gen) for g in groups]
+    if files != live or state.generation == 0:  # one switch from the members to the merged files
+        manifest.commit(folder, gen, files)
+    else:
+        manifest.sweep(folder, state)
     return CompactionResult(iteration, len(live), len(groups), sum(counts.values()), stale)

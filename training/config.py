@@ -1,7 +1,8 @@
 """The policy and its training: model shape, sampling, SFT warm start, RL update, DeepSpeed.
 
-Every field added after the first loop is opt-in: its default reproduces the loop's original
-numerics exactly (byte-level GPT-2, GRPO, `seq_mean`, the inherited learning rate).
+Every field added after the first loop is opt-in: its default keeps the loop's original choices
+(byte-level GPT-2, GRPO, `seq_mean`). The step is the mean over the whole iteration's samples,
+zero-advantage ones included, whatever the micro-batch split (training/trainer.py `_units`).
 """
 from __future__ import annotations
 
@@ -64,10 +65,13 @@ class RLConfig(BaseModel):
 
     algorithm: Literal["grpo", "ppo", "rloo"] = Field(
         "grpo", description="grpo: the advantages given with the samples (group-normalised by the "
-        "flow) in the clipped surrogate; ppo: the clipped surrogate with per-token advantages "
-        "where the samples carry them, and dual clip (Ye et al. 2020) if set; rloo: advantages "
+        "flow) in the clipped surrogate; ppo: GRPO with dual clip, i.e. the same group "
+        "advantages (there is no value head and the flow gives no per-token advantages) in the "
+        "clipped surrogate, bounded by `dual_clip` (Ye et al. 2020) if set; per-token advantages "
+        "are used only where a caller of the trainer puts them on the samples; rloo: advantages "
         "recomputed from the samples' rewards with a leave-one-out group baseline (Ahmadian et al. "
-        "2024), then the clipped surrogate")
+        "2024), then the clipped surrogate. The estimator each selects: "
+        "rewards/advantages.py `estimator_for`")
     lr: float = Field(3e-4, gt=0, description="learning rate of the RL update (see lr_schedule)")
     lr_schedule: Literal["constant", "inherit"] = Field(
         "constant", description="constant: `lr` for every RL step; inherit: keep the learning "
@@ -78,8 +82,8 @@ class RLConfig(BaseModel):
     micro_batch_tokens: int | None = Field(
         None, ge=1, description="token budget of a micro-batch (rows x longest row, padding "
         "included); sequences are packed longest-first and each micro-batch is weighted so the "
-        "step equals the full-batch mean. None: micro_batch_size sequences per micro-batch, each "
-        "micro-batch's mean weighted equally (one process) or exactly (several processes)")
+        "step equals the full-batch mean. None: micro_batch_size sequences per micro-batch, "
+        "weighted the same way (the step is the full-batch mean, whatever the split)")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio")
     clip_eps_high: float | None = Field(
         None, gt=0, description="upper clip range (DAPO's clip-higher, Yu et al. 2025); None: clip_eps")
@@ -90,7 +94,8 @@ class RLConfig(BaseModel):
         "seq_mean", description="seq_mean: mean over each sequence's tokens, then over sequences "
         "(GRPO paper); token_mean: one mean over all tokens (DAPO); seq_sum_norm: each sequence's "
         "token sum over a constant (policy.max_len), then the mean over sequences (Dr.GRPO, "
-        "Liu et al. 2025: no length normalisation per sequence)")
+        "Liu et al. 2025: no length normalisation per sequence). Every sample of the iteration "
+        "counts, zero-advantage ones included, in the mean and in the KL term")
     kl_coef: float = Field(0.0, ge=0, description="beta of a KL penalty to the frozen reference "
                            "policy (checkpoint version 0, the SFT start); 0: off, none loaded")
     replay_coef: float = Field(0.0, ge=0, description="weight of a replay loss added to every "
@@ -104,7 +109,9 @@ class RLConfig(BaseModel):
         "k3", description="per-token KL estimator (Schulman 2020): k1 = log r, k2 = (log r)^2/2, "
         "k3 = r - 1 - log r with r = p_ref/p (unbiased, non-negative; GRPO paper)")
     grad_clip: float = Field(1.0, gt=0, description="max global grad norm")
-    scale_advantages: bool = Field(True, description="divide by group std (GRPO); False: Dr.GRPO")
+    scale_advantages: bool = Field(
+        True, description="grpo and ppo: divide by the group's std (GRPO); False: only subtract "
+        "its mean (Dr.GRPO, Liu et al. 2025). rloo has its own baseline and takes True only")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
 
@@ -113,4 +120,7 @@ class RLConfig(BaseModel):
         if self.dual_clip is not None and self.algorithm != "ppo":
             raise ValueError(f"rl.dual_clip={self.dual_clip} applies to rl.algorithm='ppo' only "
                              f"(got algorithm={self.algorithm!r})")
+        if not self.scale_advantages and self.algorithm == "rloo":
+            raise ValueError("rl.scale_advantages=False (Dr.GRPO) applies to rl.algorithm 'grpo' "
+                             "or 'ppo'; 'rloo' uses its leave-one-out baseline, never scaled")
         return self

@@ -17,7 +17,9 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
     """seq_mean: mean over each sequence's tokens, then over sequences (GRPO paper);
     token_mean: one mean over all tokens of the batch (DAPO), so long answers weigh more;
     seq_sum_norm: each sequence's sum over the constant `norm_tokens`, then the mean over
-    sequences (Dr.GRPO), which removes GRPO's length bias without DAPO's batch coupling."""
+    sequences (Dr.GRPO), which removes GRPO's length bias without DAPO's batch coupling.
+    This is the normaliser inside one micro-batch; across the step it covers every sample,
+    zero-advantage ones included (training/trainer.py, the comment above `_units`)."""
     if how == "token_mean":
         return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
     if how == "seq_sum_norm":

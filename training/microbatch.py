@@ -9,7 +9,6 @@ runs zero-weight ones, so the accumulation boundaries line up across processes.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 
@@ -56,18 +55,23 @@ def pack(indices: list[int], lengths: list[int], micro_size: int,
 
 
 def plan_update(orders: list[list[int]], lengths: list[int], units: list[int], micro_size: int,
-                micro_tokens: int | None, world: int, rank: int) -> Plan:
-    """orders: one shuffled order of the sample indices per epoch (the same on every rank)."""
-    if world == 1 and micro_tokens is None:
-        # The first loop's weighting: each micro-batch's mean counts equally.
-        accum = max(1, math.ceil(len(orders[0]) / micro_size)) if orders else 1
-        steps = tuple(tuple(MicroBatch(tuple(c), 1.0) for c in pack(o, lengths, micro_size, None))
-                      for o in orders)
-        return Plan(steps, accum)
+                micro_tokens: int | None, world: int, rank: int,
+                total_units: float | None = None) -> Plan:
+    """orders: one shuffled order of the sample indices per epoch (the same on every rank).
+    One process without a token budget is the case world=1 of the same weighting: a short last
+    micro-batch weighs its share of the units, not a full micro-batch's.
+    total_units: what the step averages over, when it holds more than the planned samples (the
+    trainer leaves out samples whose loss is identically zero, but they still count); None: the
+    planned samples' own units."""
     per_rank = [[pack(o[r::world], lengths, micro_size, micro_tokens) for r in range(world)]
                 for o in orders]
     accum = max([1] + [len(mbs) for epoch in per_rank for mbs in epoch])
     total = sum(units[i] for i in orders[0]) if orders else 0
+    if total_units is not None:
+        if total_units < total:
+            raise ValueError(f"total_units={total_units} is less than the planned samples' "
+                             f"{total} units: the normaliser must include every planned sample")
+        total = total_units
     steps = []
     for e, epoch in enumerate(per_rank):
         mine = [MicroBatch(tuple(c), sum(units[i] for i in c) / max(total, 1) * accum * world)

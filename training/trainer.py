@@ -17,9 +17,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from rewards.advantages import advantages_for
 from training import checkpoints
 from training import engine as eng
-from training.advantages import ADVANTAGES
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
 from training.episodes import policy_token_units
@@ -194,7 +194,8 @@ def _with_advantages(samples: list[RLSample], rl: RLConfig) -> list[RLSample]:
     if bad:
         raise ValueError(f"rl.algorithm='rloo' recomputes advantages from RLSample.reward and "
                          f"RLSample.group_id; sample(s) {bad[:5]} have no group_id")
-    adv = ADVANTAGES["rloo"]([s.reward for s in samples], np.array([str(s.group_id) for s in samples]))
+    adv = advantages_for("rloo", rl.scale_advantages, [s.reward for s in samples],
+                         [str(s.group_id) for s in samples])
     return [dataclasses.replace(s, advantage=float(a)) for s, a in zip(samples, adv)]
 
 
@@ -208,14 +209,43 @@ def _per_token(part: list[RLSample], values, width: int, fill: float = 0.0) -> t
     return out
 
 
+def _moves(s: RLSample, rl: RLConfig) -> bool:
+    """Whether running the sample can change the step. With advantage 0 on every token its
+    surrogate and gradient are exactly 0; it still moves the step through the KL term, and
+    through the replay term, which is added per micro-batch, so leaving it out would change
+    how many micro-batches draw replay pairs."""
+    if rl.kl_coef > 0 or rl.replay_coef > 0:
+        return True
+    return s.advantage != 0.0 or any(a != 0.0 for a in (s.token_advantages or ()))
+
+
+# The normaliser of each rl.loss_aggregation, over ALL the iteration's samples with a completion
+# (zero-advantage ones included, as in the papers each cites; dropping them would scale the step
+# by the share of informative groups and leave them out of the KL term):
+#   seq_mean      1/G per sample, G = every sample: GRPO (Shao et al. 2024, eq. 3) averages over
+#                 all G outputs of a group, each over its own tokens;
+#   token_mean    1 / (all completion tokens of the batch): DAPO (Yu et al. 2025, eq. 8);
+#   seq_sum_norm  a constant (policy.max_len tokens) per sample, then 1/G: Dr.GRPO (Liu et al.
+#                 2025), so neither the length nor the informative share rescales a sample.
+# `losses.aggregate` applies it inside a micro-batch and `microbatch.plan_update` across
+# micro-batches and processes (its weights use `total_units` over every counted sample).
+def _units(s: RLSample, policy: PolicyConfig, rl: RLConfig) -> int:
+    """What the loss averages over for this sample: 1 sequence, or its tokens for token_mean."""
+    if s.completion_mask is None:
+        return loss_units(len(s.prompt_ids), len(s.completion_ids), policy.max_len,
+                          rl.loss_aggregation)
+    return policy_token_units(s, policy.max_len, rl.loss_aggregation)
+
+
 def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: PolicyConfig,
                 rl: RLConfig, temperature: float, seed: int,
                 replay: Sequence[tuple[str, str]] = ()) -> dict:
     """One RL iteration (rl.algorithm: grpo, ppo or rloo): read version `version`, publish
     `version + 1`.
 
-    Samples whose advantage is 0 add nothing to the gradient and are skipped (their group had
-    one reward for all); when none is left, the next version is a copy of this one.
+    Every sample with a completion counts in the loss's normaliser and in the KL term, whatever
+    its advantage (the comment above `_units`); one whose loss is identically zero is counted
+    but not run. When nothing is left to run, the next version is a copy of this one.
     `replay`: (prompt, reference) pairs; with `rl.replay_coef > 0`, each micro-batch adds that
     weight times the SFT loss of `rl.replay_per_step` of them, drawn at random.
     """
@@ -225,7 +255,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     src = checkpoints.checkpoint_dir(run_dir, version)
     torch.manual_seed(seed * 100003 + version)
     samples = _with_advantages(samples, rl)
-    live = [s for s in samples if (s.advantage != 0.0 or s.token_advantages) and s.completion_ids]
+    counted = [s for s in samples if s.completion_ids]  # an empty completion has no token to train
+    live = [s for s in counted if _moves(s, rl)]
     model = load_policy(str(src / "model"))
     tok = tokenizer_of(model)
     orders, order = [], list(range(len(live)))
@@ -234,12 +265,11 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         rng.shuffle(order)
         orders.append(list(order))
     lengths = [min(len(s.prompt_ids) + len(s.completion_ids), policy.max_len) for s in live]
-    units = [loss_units(len(s.prompt_ids), len(s.completion_ids), policy.max_len,
-                        rl.loss_aggregation) if s.completion_mask is None
-             else policy_token_units(s, policy.max_len, rl.loss_aggregation) for s in live]
+    units = [_units(s, policy, rl) for s in live]
+    total_units = sum(_units(s, policy, rl) for s in counted)
     eng.setup_distributed()
     plan = plan_update(orders, lengths, units, rl.micro_batch_size, rl.micro_batch_tokens,
-                       eng.world_size(), eng.rank())
+                       eng.world_size(), eng.rank(), total_units)
     engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
     if rl.lr_schedule == "constant":
         for group in engine.optimizer.param_groups:
@@ -294,7 +324,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     metrics = {
         "train/loss": float(np.mean(stats["loss"])) if stats["loss"] else 0.0,
         "train/clip_frac": float(np.mean(stats["clip_frac"])) if stats["clip_frac"] else 0.0,
-        "train/sequences": len(live), "train/skipped_zero_adv": len(samples) - len(live),
+        "train/sequences": len(live), "train/skipped_zero_adv": len(counted) - len(live),
         "train/seconds": seconds,
     }
     extra_metrics = {"train/tokens": n_tokens, "train/tokens_per_s": n_tokens / max(seconds, 1e-9),

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rewards.aggregate import group_advantages
-from training.advantages import group_center, group_norm, leave_one_out
+from rewards.advantages import group_center, group_norm, leave_one_out
+from training.config import RLConfig
 from training.losses import grpo_loss, kl_penalty, ppo_loss, sft_loss
 
 # Two sequences, two positions, old log-probs 0 so the ratio r = exp(logp).
@@ -110,3 +111,25 @@ def test_group_center_and_group_norm_by_hand():
 def test_unknown_aggregation_is_refused_by_name():
     with pytest.raises(ValueError, match="aggregation 'mean'"):
         grpo_loss(LOGP, OLD, ADV, MASK, 0.2, aggregation="mean")
+
+
+def test_every_registered_advantage_estimator_is_reached_by_some_config():
+    from rewards.advantages import ADVANTAGES, advantages_for, estimator_for
+
+    configs = [RLConfig(), RLConfig(algorithm="ppo"), RLConfig(scale_advantages=False),
+               RLConfig(algorithm="rloo")]
+    reached = {estimator_for(rl.algorithm, rl.scale_advantages) for rl in configs}
+    assert reached == set(ADVANTAGES)
+    np.testing.assert_allclose(advantages_for("rloo", True, REWARDS, GROUPS),
+                               leave_one_out(REWARDS, GROUPS))
+    # the flows' entry point is the same implementation, not a copy of it
+    assert group_advantages is advantages_for.__globals__["group_advantages"]
+    np.testing.assert_allclose(group_advantages(REWARDS, GROUPS, scale=False),
+                               group_center(REWARDS, GROUPS))
+
+
+def test_an_option_that_would_mean_another_is_refused_by_name():
+    with pytest.raises(ValueError, match="scale_advantages"):
+        RLConfig(algorithm="rloo", scale_advantages=False)
+    ppo = RLConfig.model_fields["algorithm"].description
+    assert "GRPO" in ppo.split("ppo:")[1].split(";")[0]  # ppo says plainly what it is

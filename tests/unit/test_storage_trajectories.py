@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -25,6 +26,12 @@ def run_dir(tmp_path):
     return str(tmp_path / "runs" / "run-a")
 
 
+def _names(folder: str) -> list[str]:
+    """The folder's Parquet files by the shards they hold (generation suffix dropped)."""
+    return sorted(re.sub(r"-g\d+\.parquet$", ".parquet", n) for n in os.listdir(folder)
+                  if n.endswith(".parquet"))
+
+
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(["iteration", "shard", "group_id", "sample_index"]).reset_index(drop=True)
 
@@ -32,7 +39,7 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
 def test_rows_round_trip_with_every_column_typed_and_partition_from_the_folder(run_dir):
     rows = example_rows(14)
     path = write_shard(run_dir, 0, 3, rows)
-    assert path.endswith(os.path.join("trajectories", "iteration=0", "shard-00003.parquet"))
+    assert re.search(r"trajectories/iteration=0/shard-00003-g\d+\.parquet$", path)
     df = read_trajectories(run_dir)
     assert list(df.columns) == TRAJECTORY_SCHEMA.names
     assert len(df) == 14
@@ -188,7 +195,7 @@ def test_compaction_merges_shards_without_changing_query_results(run_dir):
     before = _sorted(read_trajectories(run_dir))
     result = compact(run_dir, 0, target_rows=12)
     assert (result.files_before, result.files_after, result.rows) == (6, 2, 30)
-    assert sorted(os.listdir(os.path.join(run_dir, "trajectories", "iteration=0"))) == [
+    assert _names(os.path.join(run_dir, "trajectories", "iteration=0")) == [
         "shards-00000-00002.parquet", "shards-00003-00005.parquet"]
     pd.testing.assert_frame_equal(_sorted(read_trajectories(run_dir)), before)
     assert shards_written(run_dir, 0) == set(range(6))
@@ -210,7 +217,7 @@ def test_rewriting_a_compacted_shard_replaces_only_that_shard(run_dir):
     assert len(df) == 10
     assert list(df[df.shard == 2].completion) == [example_row(i=500)["completion"]]
     assert shards_written(run_dir, 0) == {0, 1, 2, 3}
-    names = sorted(os.listdir(os.path.join(run_dir, "trajectories", "iteration=0")))
+    names = _names(os.path.join(run_dir, "trajectories", "iteration=0"))
     assert names == ["shard-00002.parquet", "shard-00003.parquet", "shards-00000-00001.parquet"]
 
 
@@ -218,21 +225,33 @@ def test_files_left_behind_by_a_crashed_compaction_are_ignored_then_removed(run_
     for k in range(3):
         write_shard(run_dir, 0, k, example_rows(2, start=10 * k))
     folder = os.path.join(run_dir, "trajectories", "iteration=0")
-    small = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)}
+    small = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)
+             if n.endswith(".parquet")}
     compact(run_dir, 0)
-    for name, data in small.items():  # as if the crash came before the small files were deleted
+    for name, data in small.items():  # as if the crash came after the switch, before the deletes
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
     assert len(read_trajectories(run_dir)) == 6
     assert shards_written(run_dir, 0) == {0, 1, 2}
     write_shard(run_dir, 0, 7, example_rows(1))
-    assert sorted(os.listdir(folder)) == ["shard-00007.parquet", "shards-00000-00002.parquet"]
+    assert _names(folder) == ["shard-00007.parquet", "shards-00000-00002.parquet"]
 
 
 def _write_file(run_dir: str, iteration: int, name: str, table: pa.Table) -> None:
+    """A file as another writer (an older or newer rollforge) left it, listed in the manifest
+    if the folder has one."""
+    from storage import manifest
+    from storage.fs import locate
+
     folder = os.path.join(run_dir, "trajectories", f"iteration={iteration}")
     os.makedirs(folder, exist_ok=True)
     pq.write_table(table, os.path.join(folder, name))
+    loc = locate(folder)
+    state = manifest.read(loc)
+    if state.generation:
+        shard = int(re.match(r"shard-(\d+)", name)[1])
+        manifest.commit(loc, state.generation + 1,
+                        [*state.files, manifest.ShardFile(loc.join(name), shard, shard)])
 
 
 def test_partitions_written_before_a_column_was_added_still_read(run_dir):

@@ -1,4 +1,5 @@
 """The RL update and the warm start through a real DeepSpeed engine (one process, gloo, CPU)."""
+import dataclasses
 import json
 import math
 import random
@@ -59,6 +60,16 @@ def test_token_budget_micro_batches_give_the_same_step_as_one_micro_batch(base, 
     assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4  # and the step did move the weights
 
 
+def test_one_process_micro_batches_give_the_same_step_as_one_micro_batch(base, tmp_path):
+    # 10 samples in micro-batches of 3 (3, 3, 3, 1): the last one must not count 3x per sample.
+    a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
+    small = grpo_update(a, 0, _samples(), POLICY, RLConfig(micro_batch_size=3), 1.0, 0)
+    grpo_update(b, 0, _samples(), POLICY, RLConfig(micro_batch_size=64), 1.0, 0)
+    assert small["train/micro_steps"] == 2 * 4
+    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
+    assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4
+
+
 def test_lr_inherit_keeps_the_warm_starts_last_lr_and_constant_uses_rl_lr(base, tmp_path):
     a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
     inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="inherit"), 1.0, 0)
@@ -90,6 +101,37 @@ def test_rloo_recomputes_advantages_from_rewards_and_needs_group_ids(base, tmp_p
     broken = [RLSample(s.prompt_ids, s.completion_ids, s.old_logprobs, 1.0) for s in samples]
     with pytest.raises(ValueError, match="group_id"):
         grpo_update(run, 1, broken, POLICY, RLConfig(algorithm="rloo"), 1.0, 0)
+
+
+def _units(s, how):
+    return len(s.completion_ids) if how == "token_mean" else 1  # short enough: no truncation
+
+
+@pytest.mark.parametrize("how", ["seq_mean", "token_mean", "seq_sum_norm"])
+def test_zero_advantage_samples_count_in_the_normaliser_of_every_loss_type(base, tmp_path, how):
+    # With B's advantage 0, the loss over {A, B} is A's loss times A's share of the normaliser
+    # (1/2 sequences, or A's tokens over all tokens); the loss is linear in A's advantage, so
+    # it equals the loss of A alone with its advantage scaled by that share. The replay term,
+    # added per micro-batch, makes the scale visible through Adam.
+    a_, b_ = _samples(2)
+    b_ = dataclasses.replace(b_, advantage=0.0)
+    share = _units(a_, how) / (_units(a_, how) + _units(b_, how))
+    rl = RLConfig(loss_aggregation=how, replay_coef=1.0, replay_per_step=2, micro_batch_size=64)
+    both, alone = _copy(base, tmp_path, "both"), _copy(base, tmp_path, "alone")
+    grpo_update(both, 0, [a_, b_], POLICY, rl, 1.0, 0, list(zip(PROMPTS, REFS)))
+    scaled = dataclasses.replace(a_, advantage=a_.advantage * share)
+    grpo_update(alone, 0, [scaled], POLICY, rl, 1.0, 0, list(zip(PROMPTS, REFS)))
+    assert _max_diff(_weights(both, 1), _weights(alone, 1)) < 1e-6
+
+
+def test_zero_advantage_samples_still_feel_the_kl_term(base, tmp_path):
+    run = _copy(base, tmp_path, "kl0")
+    rl = RLConfig(kl_coef=0.5, epochs=1, micro_batch_size=64, lr=5e-3)
+    grpo_update(run, 0, _samples(), POLICY, rl, 1.0, 0)  # move away from the reference
+    flat = [dataclasses.replace(s, advantage=0.0) for s in _samples(seed=2)]
+    out = grpo_update(run, 1, flat, POLICY, rl, 1.0, 0)
+    assert out["train/kl"] > 0.0
+    assert _max_diff(_weights(run, 2), _weights(run, 1)) > 1e-5  # pulled back towards v0
 
 
 @pytest.mark.parametrize("stage, dtype", [(1, "fp32"), (2, "bf16"), (3, "fp32")])

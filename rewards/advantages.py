@@ -1,4 +1,5 @@
-"""Advantage estimators over groups of completions of one prompt, as registered pure functions.
+"""Advantage estimators over groups of completions of one prompt, as registered pure functions:
+the one implementation, used by the flows (the stored `advantage` column) and by the trainer.
 
 rewards: [N] floats (NaN = not scored: advantage 0, left out of its group's statistics);
 group_ids: [N] hashable labels. Returns [N] float64.
@@ -50,3 +51,26 @@ def leave_one_out(rewards, group_ids) -> np.ndarray:
 
 ADVANTAGES: dict[str, Callable[..., np.ndarray]] = {
     "grpo": group_norm, "dr_grpo": group_center, "rloo": leave_one_out}
+
+
+def estimator_for(algorithm: str, scale: bool) -> str:
+    """The ADVANTAGES key a run's `rl.algorithm` and `rl.scale_advantages` select: rloo has its
+    own baseline; grpo and ppo (GRPO with dual clip) take the group's, over its std unless
+    scale is off (Dr.GRPO)."""
+    if algorithm == "rloo":
+        return "rloo"
+    if algorithm in ("grpo", "ppo"):
+        return "grpo" if scale else "dr_grpo"
+    raise ValueError(f"rl.algorithm {algorithm!r}: expected grpo, ppo or rloo")
+
+
+def advantages_for(algorithm: str, scale: bool, rewards, group_ids) -> np.ndarray:
+    """The advantages the update of `algorithm` uses: what the store should hold."""
+    return ADVANTAGES[estimator_for(algorithm, scale)](rewards, np.asarray(group_ids))
+
+
+def group_advantages(rewards, group_ids, eps: float = 1e-6, scale: bool = True) -> np.ndarray:
+    """GRPO: reward minus its group's mean, over the group's std (scale=False: Dr.GRPO, not
+    divided). NaN rewards get advantage 0 and are left out of their group's statistics (they
+    were not scored, not scored zero)."""
+    return group_norm(rewards, group_ids, eps) if scale else group_center(rewards, group_ids)
