@@ -57,21 +57,24 @@ def run_query(args: argparse.Namespace) -> int:
     import duckdb
 
     from storage.query import VIEWS, connect
+    from storage.trajectories import retrying
 
-    try:
+    def once():
         con, summary = connect(args.store)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    for note in summary.notes:
-        print(f"rollforge query: note: {note}", file=sys.stderr)
-    try:
         rel = con.sql(args.sql)
         if rel is None:
             raise UsageError("the SQL returned no result; use a query (SELECT ..., DESCRIBE ...)")
-        result = rel.fetch_arrow_table()
+        return con, summary, rel.fetch_arrow_table()
+
+    try:  # one consistent set of files: started over if a compaction retires one it named
+        con, summary, result = retrying(once, "query")
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
     except duckdb.Error as exc:
         hint = f" (views: {', '.join(VIEWS)})" if isinstance(exc, duckdb.CatalogException) else ""
         raise UsageError(f"SQL error: {exc}{hint}") from None
+    for note in summary.notes:
+        print(f"rollforge query: note: {note}", file=sys.stderr)
     _emit(con, result, fmt, args)
     return 0
 

@@ -209,7 +209,25 @@ def validate_config(raw: dict) -> RunConfig:
         raise ConfigError(str(exc)) from None
     if not any(t.split == "train" for t in pool):
         raise ConfigError("tasks: the sources hold no training tasks")
+    if cfg.policy.model_path is None:  # the byte tokenizer: lengths are known without a model
+        _check_prompts_fit(cfg, pool)
     return cfg
+
+
+def _check_prompts_fit(cfg: RunConfig, pool) -> None:
+    """Refuse a pool whose longest first observation leaves no room for an action in
+    policy.max_len (the run would stop at its first turn on that task)."""
+    from envs.registry import env_for_task  # noqa: PLC0415
+
+    played_by = {s.label: s.environment() for s in task_sources(cfg)}
+    for t in pool:
+        env = played_by.get(t.source) or env_for_task(t)
+        action = env.action_tokens(cfg.sampling.max_new_tokens)
+        need = len(env.reset(t)[1].encode()) + 1 + action  # BOS + the first observation + an action
+        if need > cfg.policy.max_len:
+            raise ConfigError(f"policy.max_len={cfg.policy.max_len}: task {t.task_id} of source "
+                              f"{t.source!r} needs {need} tokens (its prompt and an action of "
+                              f"{action}); raise policy.max_len or leave the task out")
 
 
 def task_sources(cfg: RunConfig) -> list[SourceConfig]:

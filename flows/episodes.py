@@ -22,7 +22,8 @@ import numpy as np
 
 from envs.base import Environment, breakdown_of
 from flows.episode_exec import Stepped
-from rewards.aggregate import RewardBreakdown, group_advantages
+from rewards.advantages import advantages_for
+from rewards.aggregate import RewardBreakdown
 from tasks.record import Task
 from training.episodes import EpisodeTokens, fit_observation, observation_text
 from training.generate import Sample
@@ -139,7 +140,8 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
     rewards = np.array([(g.reward if g else math.nan) + s for g, s in zip(grades, shaping)],
                        dtype=np.float64)
     groups = np.array([i // group for i in range(len(eps))])
-    adv = group_advantages(rewards, groups, scale=cfg.rl.scale_advantages)
+    # what the update of the configured algorithm uses, so the store holds that
+    adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages, rewards, groups)
     rows = []
     for i, (e, g) in enumerate(zip(eps, grades)):
         t = e.task

@@ -167,7 +167,7 @@ def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int
     gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
     t0 = time.perf_counter()
     out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p, greedy=greedy,
-                         batch_size=s.batch_size, generator=gen)
+                         batch_size=s.batch_size, generator=gen, stop=tuple(s.stop))
     return out, time.perf_counter() - t0
 
 
@@ -191,13 +191,11 @@ def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, ep
 
 @_stage("write_trajectories", timeout_s=1800)
 def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> list[str]:
+    # One switch from any earlier attempt of this iteration (another config or code) to this
+    # one: readers never see rows of both, and a crash at any step leaves one whole attempt.
     size = cfg.cluster.shard_size
-    paths = [trajectories.write_shard(cfg.run_dir, iteration, k, rows[i:i + size])
-             for k, i in enumerate(range(0, len(rows), size))]
-    # An earlier attempt of this iteration (other config or code) may have written more shards:
-    # they must not outlive it, or the iteration would hold rows of two attempts.
-    trajectories.drop_shards_from(cfg.run_dir, iteration, len(paths))
-    return paths
+    return trajectories.write_iteration(cfg.run_dir, iteration,
+                                        [rows[i:i + size] for i in range(0, len(rows), size)])
 
 
 @_stage("update_policy", retries=1, timeout_s=4 * 3600)

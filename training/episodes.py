@@ -135,9 +135,12 @@ def policy_token_units(sample, max_len: int | None, per: str) -> int:
 @torch.no_grad()
 def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
                    top_p: float = 1.0, greedy: bool = False, batch_size: int = 64,
-                   generator: torch.Generator | None = None, tokenizer=None) -> list[Sample]:
+                   generator: torch.Generator | None = None, tokenizer=None,
+                   stop: tuple[str, ...] = ()) -> list[Sample]:
     """The next action of every live episode, in batches: like `training.generate.sample`, but
-    from token contexts (prompt + the episode so far), which must not be re-tokenised."""
+    from token contexts (prompt + the episode so far), which must not be re-tokenised. An
+    action ends at EOS, at the token completing one of the `stop` strings, or at
+    `max_new_tokens`."""
     from training.policy import tokenizer_of  # noqa: PLC0415
 
     tok = tokenizer or tokenizer_of(model)
@@ -146,6 +149,6 @@ def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temper
     out: list[Sample] = []
     for start in range(0, len(contexts), batch_size):
         out.extend(_sample_batch(model, contexts[start:start + batch_size], max_new_tokens,
-                                 temperature, top_p, greedy, generator, True, tok))
+                                 temperature, top_p, greedy, generator, True, tok, tuple(stop)))
     model.train(was_training)
     return out
