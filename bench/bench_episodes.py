@@ -81,8 +81,10 @@ def main() -> int:
                                                            total_threads(client)))
             if args.policy == "sft":
                 def sample_fn(turn, contexts, _episodes, max_new_tokens, _k):
-                    return sample_actions(model, contexts, max_new_tokens,
-                                          greedy=True, batch_size=cfg.sampling.batch_size)
+                    t = time.perf_counter()
+                    out = sample_actions(model, contexts, max_new_tokens,
+                                         greedy=True, batch_size=cfg.sampling.batch_size)
+                    return out, time.perf_counter() - t
             else:
                 sample_fn = scripted_policy(naive, tok)
             env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": m})

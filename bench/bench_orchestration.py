@@ -96,7 +96,7 @@ def main() -> int:
         given = iter(samples)  # the fixed completions stand in for the policy's turn
 
         def sample_fn(turn, contexts, eps, max_new_tokens, k):
-            return [next(given) for _ in contexts]
+            return [next(given) for _ in contexts], 0.0
 
         eps = play(batch, [env] * len(batch), G, 10 ** 6, tok, 40, sample_fn, stage.step)
         rollouts_s = stage.times["run_rollouts"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -28,10 +27,13 @@ from tasks.record import Task
 from training.episodes import EpisodeTokens, fit_observation, observation_text
 from training.generate import Sample
 
-# (turn, contexts, episodes, max_new_tokens, k) -> one action per context. `episodes` are the
-# live episodes the contexts belong to (a scripted policy reads them, a model needs only the
-# contexts); `k` numbers the calls of one turn (one per action budget).
-SampleFn = Callable[[int, list[list[int]], list["Episode"], int, int], list[Sample]]
+# (turn, contexts, episodes, max_new_tokens, k) -> (one action per context, the seconds the
+# sampler spent). `episodes` are the live episodes the contexts belong to (a scripted policy
+# reads them, a model needs only the contexts); `k` numbers the calls of one turn (one per
+# action budget). The seconds are the sampler's own, so a call answered from the cache reports
+# the time it first took and the rows built from it are the same.
+SampleFn = Callable[[int, list[list[int]], list["Episode"], int, int],
+                    tuple[list[Sample], float]]
 StepFn = Callable[[int, list[tuple[Environment, Any, "str | None"]]], list[Stepped]]
 
 
@@ -96,9 +98,8 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
         full = [e for e in live if e not in fits]
         for k, b in enumerate(dict.fromkeys(budget[id(e)] for e in fits)):
             part = [e for e in fits if budget[id(e)] == b]
-            t0 = time.perf_counter()
-            samples = sample_fn(turn, [e.tokens.context() for e in part], part, b, k)
-            gen = (time.perf_counter() - t0) / max(1, len(part))
+            samples, seconds = sample_fn(turn, [e.tokens.context() for e in part], part, b, k)
+            gen = seconds / max(1, len(part))
             for e, s in zip(part, samples):
                 e.tokens.add_policy(s.completion_ids, s.logprobs)
                 e.actions.append(s.text)
@@ -246,7 +247,7 @@ def scripted_policy(naive: dict[str, str], tok, fix_on_fail: bool = True) -> Sam
                 text = "<submit/>"
             ids = tok.encode(text, bos=False) + [tok.eos_token_id]
             out.append(Sample(list(ctx), ids, [0.0] * len(ids), text, True))
-        return out
+        return out, 0.0
     return fn
 
 

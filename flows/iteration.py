@@ -299,10 +299,10 @@ class _Play:
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
         t = time.perf_counter()
-        out, _ = sample_completions.with_options(**self.opts)(
+        out, seconds = sample_completions.with_options(**self.opts)(
             self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens, self.greedy)
         self.times["sample"] += time.perf_counter() - t
-        return out
+        return out, seconds
 
     def step(self, turn, items):
         t = time.perf_counter()

@@ -37,7 +37,8 @@ def run(tmp_path_factory):
 
 def test_one_row_per_episode_with_turns_and_a_policy_env_token_mask(run):
     df = read_trajectories(str(run))
-    assert len(df) == 2 * 2  # 2 tasks x a group of 2 episodes
+    rounds = int(read_metrics(str(run)).iloc[0]["curriculum/rounds"])  # refills, as one-shot
+    assert len(df) == 2 * 2 * rounds  # 2 tasks x a group of 2 episodes, per round
     assert df.groupby("group_id").size().eq(2).all()
     assert not df.duplicated("episode_id").any()
     for _, r in df.iterrows():
@@ -57,7 +58,7 @@ def test_the_iteration_is_checkpointed_with_episode_metrics(run):
     assert meta["version"] == 1
     assert finished_iterations(str(run)) == [0]
     m = read_metrics(str(run)).iloc[0]
-    assert 1 <= m["episode/turns_mean"] <= 2 and m["episode/count"] == 4
+    assert 1 <= m["episode/turns_mean"] <= 2 and m["episode/count"] == 4 * m["curriculum/rounds"]
     assert "heldout/pass_greedy" in m.index
     journal = [json.loads(line) for line in (run / "stages.jsonl").read_text().splitlines()]
     # one sample_completions and one run_rollouts stage (one shard) per turn of the iteration
@@ -92,8 +93,8 @@ def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     policies = [scripted_policy(naive, tok, True), scripted_policy(naive, tok, False)]
     env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": 3})
     eps = play(tasks, [env] * len(tasks), 2, cfg.policy.max_len, tok, 40,
-               lambda turn, ctx, es, n, k: [policies[e.index](turn, [c], [e], n, k)[0]
-                                            for c, e in zip(ctx, es)],
+               lambda turn, ctx, es, n, k: ([policies[e.index](turn, [c], [e], n, k)[0][0]
+                                             for c, e in zip(ctx, es)], 0.0),
                lambda turn, items: step_local(items, cfg.sandbox, cfg.rewards))
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
     assert [r["advantage"] > 0 for r in rows] == [True, False]

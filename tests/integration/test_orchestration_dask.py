@@ -47,6 +47,7 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
             assert flow.poll() is None, (tmp_path / "flow.log").read_text()[-4000:]
             assert time.monotonic() < deadline, "never saw the rollout stage running"
             if any(r["stage"] == "run_rollouts" and r["event"] == "start"
+                   and r.get("round") == 0 and r.get("iteration") == 0  # training, not eval
                    for r in read_journal(run_dir)):
                 busy = {w: keys for w, keys in client.processing().items()
                         if any(str(k).startswith("step_episode") for k in keys)}
@@ -66,8 +67,8 @@ def test_killed_worker_mid_rollouts_still_stores_every_rollout_once(cluster, tmp
     # the killed worker stayed dead: its rollouts were executed by the other one
     assert killed not in client.scheduler_info()["workers"]
     assert len(client.scheduler_info()["workers"]) == 1
-    ends = [r for r in read_journal(run_dir)
-            if r["stage"] == "run_rollouts" and r["event"] == "end"]
+    ends = [r for r in read_journal(run_dir)  # the training rounds' shards (not evaluation's)
+            if r["stage"] == "run_rollouts" and r["event"] == "end" and isinstance(r["round"], int)]
     assert ends and all(r["iteration"] == 0 for r in ends)
 
     assert finished_iterations(str(run_dir)) == [0]

@@ -89,8 +89,8 @@ def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive)
     policies = [_scripted(naive, True), _scripted(naive, False)]
 
     def mixed(turn, contexts, episodes, max_new, k):
-        return [policies[e.index](turn, [c], [e], max_new, k)[0]
-                for c, e in zip(contexts, episodes)]
+        return [policies[e.index](turn, [c], [e], max_new, k)[0][0]
+                for c, e in zip(contexts, episodes)], 0.0
 
     eps = _play(cfg, tasks[:2], 2, 3, mixed)
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())

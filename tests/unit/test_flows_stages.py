@@ -134,7 +134,7 @@ def _play(tasks, answers, group=4):
     it = iter(answers)
 
     def sample_fn(turn, contexts, eps, max_new, k):
-        return [Sample(list(c), [3, 4], [-0.1, -0.2], next(it), True) for c in contexts]
+        return [Sample(list(c), [3, 4], [-0.1, -0.2], next(it), True) for c in contexts], 0.0
 
     return play(tasks, [env_for_task(t) for t in tasks], group, 10 ** 6, ByteTokenizer(), 16,
                 sample_fn, lambda turn, items: step_local(items, SandboxConfig(), RewardConfig()))
