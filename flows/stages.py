@@ -19,6 +19,8 @@ from envs.registry import env_for_task
 from envs.sources import SourceConfig, allocate, build_pool, sft_tasks_of
 from flows.config import RunConfig, task_sources
 from flows.episode_exec import Stepped
+from rewards import outcome
+from rewards.outcome import SOLVED_FACTS, fill_solved
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
 from tasks.record import Task
@@ -88,13 +90,15 @@ def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
     from storage import trajectories  # noqa: PLC0415
 
     frames = []
+    columns = list(dict.fromkeys(TRAJECTORY_COLUMNS + SOLVED_FACTS))
     for it in trajectories.iterations_written(run_dir):
         if it < before_iteration:
-            table = trajectories.open_dataset(run_dir, it).to_table(columns=list(TRAJECTORY_COLUMNS))
-            frames.append(table.to_pandas())
+            frames.append(trajectories.retrying(
+                lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
+                .to_pandas(), f"reading {run_dir}"))
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {c: pd.Series(dtype=object) for c in TRAJECTORY_COLUMNS})
-    return DifficultyLedger.from_trajectories(rows).to_frame()
+        {c: pd.Series(dtype=object) for c in columns})
+    return DifficultyLedger.from_trajectories(fill_solved(rows)).to_frame()
 
 
 def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.DataFrame,
@@ -142,13 +146,12 @@ def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
 
 def rollout_metrics(rows: list[dict]) -> dict:
     rewards = np.array([r["reward"] for r in rows], dtype=np.float64)
-    solved = [r["tests_total"] > 0 and r["tests_passed"] == r["tests_total"] and not r["hack_flags"]
-              for r in rows if not r["infra_error"]]
+    solved = [r["solved"] for r in rows if r["solved"] is not None]
     by_group: dict[str, list[float]] = {}
     for r in rows:
         if not math.isnan(r["reward"]):
             by_group.setdefault(r["group_id"], []).append(r["reward"])
-    informative = [np.std(v) > 0 for v in by_group.values()]
+    informative = [outcome.informative(v) for v in by_group.values()]
     return {
         "rollout/count": len(rows),
         "rollout/mean_reward": float(np.nanmean(rewards)) if len(rows) and not np.isnan(rewards).all() else math.nan,

@@ -11,6 +11,9 @@ readers fill columns that an older file lacks with null):
   3: one environment API: source (the run config's task source), kind (the environment that
      played the episode), test_names (what each of test_outcomes checked, where the kind
      names its checks). episode_id, turns and end_reason are filled on single-turn rows too.
+  4: solved (rewards/outcome.py: scored, every hidden test passed, no hack flag; null = not
+     scored). Readers fill it for older rows from tests_passed, tests_total, hack_flags and
+     infra_error.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
@@ -86,6 +89,9 @@ _FIELDS = [
     _f("kind", pa.string(), "environment kind that played the episode (`rollforge envs`)"),
     _f("test_names", pa.list_(pa.string()), "what each entry of test_outcomes checked, where "
        "the kind names its checks; empty otherwise"),
+    # -- version 4: one definition of solved ------------------------------------------------
+    _f("solved", pa.bool_(), "every hidden test passed and no hack flag fired "
+       "(rewards/outcome.py); null = not scored"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})

@@ -67,7 +67,8 @@ def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
     batch = train_pool[:3]
     ledger = DifficultyLedger.from_trajectories(pd.DataFrame({
         "task_id": [t.task_id for t in batch], "iteration": 0, "reward": [0.0, 0.5, 1.0],
-        "pass_fraction": [0.0, 0.5, 1.0], "family": [t.family for t in batch],
+        "pass_fraction": [0.0, 0.5, 1.0], "solved": [False, False, True],
+        "family": [t.family for t in batch],
         "difficulty": [t.difficulty for t in batch], "split": "train",
         "group_id": ["0:0", "0:1", "0:2"]})).to_frame()
     here = stages.inputs_digest({"batch": batch, "ledger": ledger, "exclude": ["a", "b"]})
@@ -78,7 +79,8 @@ def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
             "batch = pool[:3]\n"
             "ledger = DifficultyLedger.from_trajectories(pd.DataFrame({"
             "'task_id': [t.task_id for t in batch], 'iteration': 0, 'reward': [0.0, 0.5, 1.0],"
-            "'pass_fraction': [0.0, 0.5, 1.0], 'family': [t.family for t in batch],"
+            "'pass_fraction': [0.0, 0.5, 1.0], 'solved': [False, False, True],"
+            "'family': [t.family for t in batch],"
             "'difficulty': [t.difficulty for t in batch], 'split': 'train',"
             "'group_id': ['0:0', '0:1', '0:2']})).to_frame()\n"
             "print(stages.inputs_digest({'batch': batch, 'ledger': ledger, 'exclude': ['a', 'b']}))")
@@ -107,7 +109,7 @@ def test_curriculum_favours_sometimes_solved_tasks_and_the_uniform_switch_does_n
     for t in train_pool:
         rewards = [1.0, 0.0, 1.0, 0.0] if t is mixed else [1.0] * 4
         rows += [{"task_id": t.task_id, "iteration": 0, "reward": r, "pass_fraction": r,
-                  "family": t.family, "difficulty": t.difficulty, "split": "train",
+                  "solved": r == 1.0, "family": t.family, "difficulty": t.difficulty, "split": "train",
                   "group_id": f"0:{t.task_id}"} for r in rewards]
     ledger = DifficultyLedger.from_trajectories(pd.DataFrame(rows)).to_frame()
     uniform = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"sampler": "uniform"})})
