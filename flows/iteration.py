@@ -31,6 +31,7 @@ from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s, step_many
 from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from storage import registry, trajectories
@@ -258,8 +259,7 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
     `iterations` and `overrides` (`key=value`, e.g. `rl.lr=1e-4`) change it."""
     cfg = resolve_config(config, config_file, run_id, iterations, overrides)
     log = get_run_logger()
-    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    registry.write_run_config(cfg.run_dir, cfg.model_dump(mode="json"))
+    begin_run(cfg)
     opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
     done = set(registry.finished_iterations(cfg.run_dir))
     start = max(done) + 1 if done else 0

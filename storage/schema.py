@@ -71,7 +71,8 @@ _FIELDS = [
     _f("gen_time_s", pa.float64(), "seconds spent generating"),
     _f("exec_time_s", pa.float64(), "seconds spent executing in the sandbox"),
     _f("score_time_s", pa.float64(), "seconds spent scoring"),
-    _f("config_hash", pa.string(), "hash of the resolved run config"),
+    _f("config_hash", pa.string(), "RunConfig.hash() of the run (what it computes); the same "
+       "value as the runs view's config_hash"),
     # -- version 2: multi-turn episodes (null on single-turn rows) --------------------------
     _f("episode_id", pa.string(), "agent episode (<iteration>:<group>:<sample>); null = one-shot"),
     _f("turns", pa.int32(), "policy turns the episode took"),
