@@ -1,13 +1,18 @@
-"""What a run records about itself: one config hash on its rows and in the `runs` view, and the
-join examples of the analysts' guide and the README run on a real store."""
+"""What a run records about itself: one config hash on its rows and in the `runs` view (the join
+examples of the analysts' guide and the README run on a real store), and a resume is refused
+under a config that computes something else."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
+
+from flows.cli import main
 from flows.config import load_config
-from flows.resume import begin_run
+from flows.resume import ConfigChanged, begin_run
 from storage.query import query
+from storage.registry import read_run_config
 from storage.synthetic import example_rows
 from storage.trajectories import write_shard
 
@@ -45,3 +50,32 @@ def test_the_guides_join_examples_run_on_a_store(tmp_path):
         rows = query(str(tmp_path / "store"), sql).to_pylist()
         assert len(rows) == 2, (sql, rows)  # one per run
         assert all(r.get("rollouts_of_another", 0) == 0 for r in rows), (sql, rows)
+
+
+def test_resuming_under_a_config_that_computes_something_else_is_refused_naming_the_fields(
+        tmp_path):
+    first = _run(tmp_path, "a")
+    recorded = (Path(first.run_dir) / "config.yaml").read_text()
+    with pytest.raises(ConfigChanged, match=r"changed rl\.lr, seed;.*run_id=a-2.*"
+                                            r"resume_changed=true"):
+        _run(tmp_path, "a", **{"rl.lr": 1e-4, "seed": 5})
+    assert (Path(first.run_dir) / "config.yaml").read_text() == recorded  # left as it was
+
+
+def test_what_does_not_change_the_computation_may_change_on_resume_and_a_forced_resume_is_kept(
+        tmp_path):
+    _run(tmp_path, "a")
+    longer = _run(tmp_path, "a", iterations=40, eval_every=2, keep_checkpoints=5)
+    assert read_run_config(longer.run_dir)["iterations"] == 40
+    forced = _run(tmp_path, "a", **{"rl.lr": 1e-4, "resume_changed": "true"})
+    assert read_run_config(forced.run_dir)["rl"]["lr"] == 1e-4
+    _run(tmp_path, "a", **{"rl.lr": 1e-4})  # the forced config is now the run's own
+
+
+def test_the_cli_refuses_a_changed_resume_with_exit_2_before_starting_anything(
+        tmp_path, capsys):
+    cfg = _run(tmp_path, "a")
+    code = main(["run", "--config", str(ROOT / "configs" / "tiny.yaml"),
+                 "--set", f"out_dir={cfg.out_dir}", "--set", "run_id=a", "--set", "seed=9"])
+    assert code == 2
+    assert "changed seed" in capsys.readouterr().err
