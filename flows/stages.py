@@ -28,14 +28,17 @@ from tasks.record import Task
 _CODE_FILES = ("envs", "flows", "tasks", "sandbox", "rewards", "storage", "training")
 
 
-def code_version() -> str:
-    """Hash of the package's source: a stage's cached result is reused only by the same code."""
-    root = Path(__file__).resolve().parent.parent
+def code_version(root: Path | None = None) -> str:
+    """Hash of the package's source: a stage's cached result is reused only by the same code.
+    Each file counts by its path from the repository root and its bytes (length-prefixed, so
+    no two trees hash alike): a file moved, or two of one name in two folders, is other code."""
+    root = root or Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for d in _CODE_FILES:
         for p in sorted((root / d).rglob("*.py")):
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+            rel, data = p.relative_to(root).as_posix().encode(), p.read_bytes()
+            h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))
+            h.update(data)
     return h.hexdigest()[:12]
 
 
@@ -165,7 +168,9 @@ def rollout_metrics(rows: list[dict]) -> dict:
 # -- cache keys ---------------------------------------------------------------------------
 def _canonical(obj):
     """A JSON-able form of a stage input that is the same in every process (no set order, no
-    object ids): dataclasses and pydantic models by their fields, frames by their values."""
+    object ids): dataclasses and pydantic models by their fields, frames and arrays by their
+    values. Anything else is refused (TypeError naming its type): a repr() could hold a memory
+    address, which would make a new cache key in each process, or elide values ("...")."""
     if isinstance(obj, Environment):  # by what it is, not where it lives in memory
         return ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
                 _canonical(obj.config)]
@@ -189,13 +194,19 @@ def _canonical(obj):
         return obj
     if isinstance(obj, bytes):
         return hashlib.sha256(obj).hexdigest()
-    return repr(obj)
+    if isinstance(obj, np.ndarray):
+        return [str(obj.dtype), list(obj.shape), _canonical(obj.tolist())]
+    if isinstance(obj, np.generic):
+        return _canonical(obj.item())
+    raise TypeError(f"a stage input of type {type(obj).__module__}.{type(obj).__qualname__} "
+                    f"cannot be hashed into a cache key: pass plain values (str, numbers, "
+                    f"lists, dicts), dataclasses, pydantic models, frames or arrays")
 
 
 def inputs_digest(*inputs) -> str:
     """Content hash of a stage's inputs: part of its cache key, so a stage handed different
     inputs (another batch, other completions) never reuses a stored result."""
-    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

@@ -281,3 +281,29 @@ def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():
     assert rates["heldout/pass_sampled"] == rates["heldout/add/pass_sampled"] == 0.5
     assert rates["heldout/source/procedural/pass_sampled"] == 0.5
     assert rates["heldout/pass_greedy"] == 1.0 and rates["heldout/source/procedural/tasks"] == 1
+
+
+def test_a_stage_input_that_cannot_be_hashed_by_value_is_refused_naming_its_type(executed_group):
+    class Opaque:  # its repr holds a memory address: another cache key in every process
+        pass
+
+    with pytest.raises(TypeError, match=r"test_flows_stages.*Opaque.*cannot be hashed"):
+        stages.inputs_digest({"batch": [Opaque()]})
+    _, eps = executed_group  # what the stages are really handed hashes by value
+    assert stages.inputs_digest(eps, np.arange(3), np.float32(0.5)) == \
+        stages.inputs_digest(eps, np.arange(3), np.float32(0.5))
+
+
+def test_code_version_tells_apart_a_moved_file_and_two_files_of_one_name(tmp_path):
+    def tree(name: str, files: dict[str, str]) -> str:
+        root = tmp_path / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return stages.code_version(root)
+
+    here = tree("a", {"flows/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"})
+    moved = tree("b", {"flows/sub/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"})
+    swapped = tree("c", {"flows/util.py": "B = 2\n", "tasks/x.py": "A = 1\n"})
+    assert len({here, moved, swapped}) == 3
+    assert tree("d", {"flows/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"}) == here
