@@ -307,3 +307,54 @@ def test_code_version_tells_apart_a_moved_file_and_two_files_of_one_name(tmp_pat
     swapped = tree("c", {"flows/util.py": "B = 2\n", "tasks/x.py": "A = 1\n"})
     assert len({here, moved, swapped}) == 3
     assert tree("d", {"flows/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"}) == here
+
+
+def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tmp_path):
+    """A real Prefect run: the stage writes a file; called again, it is a cache hit while the
+    file is there, and runs again once the file is gone (a stored result that says it wrote
+    it is not the file)."""
+    from pathlib import Path as _P
+
+    from prefect import flow
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.iteration import _stage, call_stage
+
+    run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
+    made = _P(run_cfg.run_dir) / "product.txt"
+    opts = {"result_storage": tmp_path / "results"}  # as train_flow: the run's own
+
+    @_stage("product_probe", retries=0, timeout_s=None,
+            product=lambda p: (_P(p["cfg"].run_dir) / "product.txt").exists())
+    def make(cfg, iteration: int) -> str:
+        made.write_text("made")
+        return "made"
+
+    @flow
+    def probe(cfg):
+        out = [call_stage(make, opts, cfg, 0), call_stage(make, opts, cfg, 0)]  # run, hit
+        made.unlink()
+        return out + [call_stage(make, opts, cfg, 0)]  # gone: runs again
+
+    with prefect_test_harness(server_startup_timeout=180):
+        assert probe(run_cfg) == ["made"] * 3
+    starts = [r for r in stages.read_journal(run_cfg.run_dir) if r["event"] == "start"]
+    assert len(starts) == 2 and made.read_text() == "made"
+
+
+@pytest.mark.parametrize("stage, params, version", [
+    ("update_policy", {"iteration": 0, "version": 2, "rows": []}, 3),
+    ("sft_stage", {"version": 0}, 0),
+])
+def test_the_checkpoint_writing_stages_name_their_checkpoint_as_their_product(
+        cfg, tmp_path, stage, params, version):
+    from flows import iteration
+    from training.checkpoints import checkpoint_dir
+
+    run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
+    product = getattr(iteration, stage).product
+    assert not product({"cfg": run_cfg, **params})
+    ckpt = checkpoint_dir(run_cfg.run_dir, version)
+    ckpt.mkdir(parents=True)
+    (ckpt / "meta.json").write_text("{}")
+    assert product({"cfg": run_cfg, **params})
