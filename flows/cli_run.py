@@ -10,7 +10,9 @@ def register(subparsers) -> None:
         description="Run the iteration loop as a Prefect flow: generate tasks, sample "
         "completions, execute them in sandboxes on a Dask cluster, score, write Parquet "
         "trajectories, update the policy with DeepSpeed, checkpoint. A run whose folder already "
-        "holds finished iterations resumes after the last one.")
+        "holds finished iterations resumes after the last one; under a config that computes "
+        "something else (not only `iterations`, `out_dir`, `eval_every`, `keep_checkpoints`, "
+        "`cluster`) it is refused (exit 2) unless --set resume_changed=true.")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="YAML run config (default: configs/default.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -32,8 +34,11 @@ def _run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.tasks:
         overrides.append("tasks.sources=" + json.dumps([{"file": f} for f in args.tasks]))
+    from flows.resume import check_resume
+
     try:
         cfg = load_config(args.config, overrides)
+        check_resume(cfg)  # before anything starts; the flow checks again
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
     from flows.env import apply_defaults

@@ -88,6 +88,10 @@ class RunConfig(BaseModel):
     eval_every: int = Field(4, ge=1, description="evaluate held-out tasks every N iterations "
                             "(and always before the first and after the last)")
     keep_checkpoints: int = Field(3, ge=1, description="policy checkpoints kept (plus v0, the SFT start)")
+    resume_changed: bool = Field(False, description="resume this run although what it computes "
+                                 "changed since it started (its finished iterations and v0 were "
+                                 "made under the old config; the rows keep their config_hash). "
+                                 "Off: such a resume is refused, naming the changed fields")
     seed: int = 0
     tasks: TaskConfig = TaskConfig()
     cluster: ClusterConfig = ClusterConfig()
@@ -116,8 +120,9 @@ class RunConfig(BaseModel):
     def run_dir(self) -> str:
         return f"{self.out_dir.rstrip('/')}/{self.run_id}"
 
-    def hash(self) -> str:
-        """Hash of everything that changes what the run computes (not where it writes)."""
+    def computed(self) -> dict:
+        """Everything that changes what the run computes (not where it writes, nor for how
+        long): what `hash()` hashes and a resume compares."""
         # `cluster` says where rollouts execute, not what they compute: resuming on another
         # Dask cluster must reuse the finished stages.
         # `episodes` while off changes nothing: single-turn runs keep their hash.
@@ -125,7 +130,8 @@ class RunConfig(BaseModel):
         # `tasks.function_name` unset is how runs before it existed worked: same hash.
         off = () if self.episodes.enabled else ("episodes",)
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
-                                                   "keep_checkpoints", "cluster", *off})
+                                                   "keep_checkpoints", "cluster",
+                                                   "resume_changed", *off})
         d["sandbox"].pop("fork_server", None)
         if d["tasks"].get("function_name") is None:
             d["tasks"].pop("function_name", None)
@@ -135,7 +141,11 @@ class RunConfig(BaseModel):
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)
             d["rl"].pop("replay_per_step", None)
-        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+        return d
+
+    def hash(self) -> str:
+        """12 hex digits of `computed()`: in the stages' cache keys, on every row, in `runs`."""
+        return hashlib.sha256(json.dumps(self.computed(), sort_keys=True).encode()).hexdigest()[:12]
 
 
 class ConfigError(ValueError):

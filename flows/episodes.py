@@ -22,6 +22,7 @@ import numpy as np
 from envs.base import Environment, breakdown_of
 from flows.episode_exec import Stepped
 from rewards.advantages import advantages_for
+from rewards import outcome
 from rewards.aggregate import RewardBreakdown
 from tasks.record import Task
 from training.episodes import EpisodeTokens, fit_observation, observation_text
@@ -124,11 +125,11 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
 
 
 def solved(e: Episode) -> bool | None:
-    """Whether the final grade passed every hidden test unflagged; None: not scored."""
+    """Whether the episode solved its task (rewards/outcome.py); None: not scored."""
     g = e.grade
-    if g is None or g.infra_error:
+    if g is None:
         return None
-    return g.solved
+    return outcome.solved(g.tests_passed, g.tests_total, g.hack_flags, g.infra_error)
 
 
 def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: int,
@@ -166,7 +167,7 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
             "test_names": list(g.test_names) if g else [],
             "status": g.status if g else "not_graded", "error_type": g.error_type if g else None,
             "hack_flags": list(g.hack_flags) if g else [],
-            "infra_error": bool(g.infra_error) if g else False,
+            "infra_error": bool(g.infra_error) if g else False, "solved": solved(e),
             "sandbox_backend": e.backend, "image_digest": e.image_digest,
             "gen_time_s": e.gen_s, "exec_time_s": float(sum(e.turn_seconds)),
             "score_time_s": e.wall_s, "config_hash": config_hash,

@@ -19,7 +19,7 @@ import inspect
 import math
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from prefect import flow, get_run_logger, task
 from prefect.context import TaskRunContext
@@ -31,6 +31,7 @@ from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s, step_many
 from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from storage import registry, trajectories
@@ -58,10 +59,13 @@ def _stage_key(stage: str):
     return key
 
 
-def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
+def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
+           product: Callable[[dict], bool] | None = None):
     """A pipeline stage: explicit cache key, persisted result, retries with backoff, a
     deadline (enforced by Prefect for stages the flow calls directly; rollout shards, which
-    run in threads, enforce their own inside `execute_many`), and a journal line per run."""
+    run in threads, enforce their own inside `execute_many`), and a journal line per run.
+    `product(params)`: whether what the stage writes to disk is there; `call_stage` reuses a
+    stored result only while it is."""
     def deco(fn):
         sig = inspect.signature(fn)
 
@@ -84,13 +88,34 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600):
                            **where)
             return out
 
-        return task(name=stage, cache_key_fn=_stage_key(stage), persist_result=True,
-                    retries=retries, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=0.2,
-                    timeout_seconds=timeout_s)(journaled)
+        t = task(name=stage, cache_key_fn=_stage_key(stage), persist_result=True,
+                 retries=retries, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=0.2,
+                 timeout_seconds=timeout_s)(journaled)
+        t.product = product
+        return t
     return deco
 
 
-@_stage("sft_warm_start", retries=1, timeout_s=4 * 3600)
+def call_stage(stage, opts: dict, *args):
+    """Run `stage` with the run's task options. A stage whose product is gone (a checkpoint
+    deleted since its result was stored) runs again and replaces its stored result: a cache
+    hit would return what it computed and write nothing. (Its key stays the same, so the
+    stored result is found again once the product is back.)"""
+    product = getattr(stage, "product", None)
+    if product is not None:
+        bound = inspect.signature(stage.fn).bind(*args)
+        bound.apply_defaults()
+        if not product(bound.arguments):
+            opts = dict(opts, refresh_cache=True)
+    return stage.with_options(**opts)(*args)
+
+
+def _has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:
+    return lambda p: checkpoints.exists(p["cfg"].run_dir, version_of(p))
+
+
+@_stage("sft_warm_start", retries=1, timeout_s=4 * 3600,
+        product=_has_checkpoint(lambda p: 0))
 def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     """The warm start on every source's training tasks with references: (prompt, reference)
     pairs of the single-turn kinds, action-format demonstrations through the real environment
@@ -198,7 +223,8 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
                                         [rows[i:i + size] for i in range(0, len(rows), size)])
 
 
-@_stage("update_policy", retries=1, timeout_s=4 * 3600)
+@_stage("update_policy", retries=1, timeout_s=4 * 3600,
+        product=_has_checkpoint(lambda p: p["version"] + 1))
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
     samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
@@ -209,7 +235,8 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                        cfg.sampling.temperature, cfg.seed, replay)
 
 
-@_stage("checkpoint", retries=2, timeout_s=600)
+@_stage("checkpoint", retries=2, timeout_s=600,
+        product=lambda p: p["iteration"] in registry.finished_iterations(p["cfg"].run_dir))
 def checkpoint(cfg: RunConfig, iteration: int, version: int, metrics: dict) -> str:
     path = checkpoints.checkpoint_dir(cfg.run_dir, version + 1)
     registry.record_metrics(cfg.run_dir, iteration, metrics)
@@ -258,8 +285,7 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
     `iterations` and `overrides` (`key=value`, e.g. `rl.lr=1e-4`) change it."""
     cfg = resolve_config(config, config_file, run_id, iterations, overrides)
     log = get_run_logger()
-    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
-    registry.write_run_config(cfg.run_dir, cfg.model_dump(mode="json"))
+    begin_run(cfg)
     opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
     done = set(registry.finished_iterations(cfg.run_dir))
     start = max(done) + 1 if done else 0
@@ -270,7 +296,7 @@ def train_flow(config: dict | None = None, config_file: str | None = None,
         client = dask_client(c.address, c.n_workers, c.threads_per_worker)
         print(cluster_description(client))
         t0 = time.perf_counter()
-        sft = sft_stage.with_options(**opts)(cfg, 0)
+        sft = call_stage(sft_stage, opts, cfg, 0)
         baseline = evaluate_policy(cfg, 0, opts, client)
         log.info(f"SFT start (v0): held-out pass greedy {baseline['heldout/pass_greedy']:.3f}, "
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
@@ -357,7 +383,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
 
     def timed(name, fn, *args):
         t = time.perf_counter()
-        out = fn.with_options(**opts)(*args)
+        out = call_stage(fn, opts, *args)
         timings[f"time/{name}_s"] = timings.get(f"time/{name}_s", 0.0) + time.perf_counter() - t
         return out
 
@@ -419,7 +445,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
         metrics["time/evaluate_s"] = time.perf_counter() - t
     metrics["policy_version"] = v + 1
     metrics["time/iteration_s"] = time.perf_counter() - t_iter
-    checkpoint.with_options(**opts)(cfg, it, v, metrics)
+    call_stage(checkpoint, opts, cfg, it, v, metrics)
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
            f"train pass {metrics['rollout/pass_rate']:.3f}")
     if "episode/turns_mean" in metrics:

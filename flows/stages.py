@@ -19,6 +19,8 @@ from envs.registry import env_for_task
 from envs.sources import SourceConfig, allocate, build_pool, sft_tasks_of
 from flows.config import RunConfig, task_sources
 from flows.episode_exec import Stepped
+from rewards import outcome
+from rewards.outcome import SOLVED_FACTS, fill_solved
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
 from tasks.record import Task
@@ -26,14 +28,17 @@ from tasks.record import Task
 _CODE_FILES = ("envs", "flows", "tasks", "sandbox", "rewards", "storage", "training")
 
 
-def code_version() -> str:
-    """Hash of the package's source: a stage's cached result is reused only by the same code."""
-    root = Path(__file__).resolve().parent.parent
+def code_version(root: Path | None = None) -> str:
+    """Hash of the package's source: a stage's cached result is reused only by the same code.
+    Each file counts by its path from the repository root and its bytes (length-prefixed, so
+    no two trees hash alike): a file moved, or two of one name in two folders, is other code."""
+    root = root or Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for d in _CODE_FILES:
         for p in sorted((root / d).rglob("*.py")):
-            h.update(p.name.encode())
-            h.update(p.read_bytes())
+            rel, data = p.relative_to(root).as_posix().encode(), p.read_bytes()
+            h.update(b"%d:%s%d:" % (len(rel), rel, len(data)))
+            h.update(data)
     return h.hexdigest()[:12]
 
 
@@ -88,13 +93,15 @@ def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
     from storage import trajectories  # noqa: PLC0415
 
     frames = []
+    columns = list(dict.fromkeys(TRAJECTORY_COLUMNS + SOLVED_FACTS))
     for it in trajectories.iterations_written(run_dir):
         if it < before_iteration:
-            table = trajectories.open_dataset(run_dir, it).to_table(columns=list(TRAJECTORY_COLUMNS))
-            frames.append(table.to_pandas())
+            frames.append(trajectories.retrying(
+                lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
+                .to_pandas(), f"reading {run_dir}"))
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {c: pd.Series(dtype=object) for c in TRAJECTORY_COLUMNS})
-    return DifficultyLedger.from_trajectories(rows).to_frame()
+        {c: pd.Series(dtype=object) for c in columns})
+    return DifficultyLedger.from_trajectories(fill_solved(rows)).to_frame()
 
 
 def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.DataFrame,
@@ -142,13 +149,12 @@ def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
 
 def rollout_metrics(rows: list[dict]) -> dict:
     rewards = np.array([r["reward"] for r in rows], dtype=np.float64)
-    solved = [r["tests_total"] > 0 and r["tests_passed"] == r["tests_total"] and not r["hack_flags"]
-              for r in rows if not r["infra_error"]]
+    solved = [r["solved"] for r in rows if r["solved"] is not None]
     by_group: dict[str, list[float]] = {}
     for r in rows:
         if not math.isnan(r["reward"]):
             by_group.setdefault(r["group_id"], []).append(r["reward"])
-    informative = [np.std(v) > 0 for v in by_group.values()]
+    informative = [outcome.informative(v) for v in by_group.values()]
     return {
         "rollout/count": len(rows),
         "rollout/mean_reward": float(np.nanmean(rewards)) if len(rows) and not np.isnan(rewards).all() else math.nan,
@@ -162,7 +168,9 @@ def rollout_metrics(rows: list[dict]) -> dict:
 # -- cache keys ---------------------------------------------------------------------------
 def _canonical(obj):
     """A JSON-able form of a stage input that is the same in every process (no set order, no
-    object ids): dataclasses and pydantic models by their fields, frames by their values."""
+    object ids): dataclasses and pydantic models by their fields, frames and arrays by their
+    values. Anything else is refused (TypeError naming its type): a repr() could hold a memory
+    address, which would make a new cache key in each process, or elide values ("...")."""
     if isinstance(obj, Environment):  # by what it is, not where it lives in memory
         return ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
                 _canonical(obj.config)]
@@ -186,13 +194,19 @@ def _canonical(obj):
         return obj
     if isinstance(obj, bytes):
         return hashlib.sha256(obj).hexdigest()
-    return repr(obj)
+    if isinstance(obj, np.ndarray):
+        return [str(obj.dtype), list(obj.shape), _canonical(obj.tolist())]
+    if isinstance(obj, np.generic):
+        return _canonical(obj.item())
+    raise TypeError(f"a stage input of type {type(obj).__module__}.{type(obj).__qualname__} "
+                    f"cannot be hashed into a cache key: pass plain values (str, numbers, "
+                    f"lists, dicts), dataclasses, pydantic models, frames or arrays")
 
 
 def inputs_digest(*inputs) -> str:
     """Content hash of a stage's inputs: part of its cache key, so a stage handed different
     inputs (another batch, other completions) never reuses a stored result."""
-    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"), default=str)
+    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

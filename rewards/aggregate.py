@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewards.advantages import group_advantages  # noqa: F401  (the flows' entry point)
 from rewards.io_tests import TestReport
+from rewards.outcome import solved
 from rewards.static_checks import StaticReport
 
 
@@ -59,9 +60,10 @@ class RewardBreakdown:
 
     @property
     def solved(self) -> bool:
-        """Every test passed and nothing was flagged: what pass@k counts."""
-        return self.tests_total > 0 and self.tests_passed == self.tests_total \
-            and not self.hack_flags
+        """What pass@k counts (rewards/outcome.py: every test passed, nothing flagged; an
+        unscored rollout is not solved)."""
+        return solved(self.tests_passed, self.tests_total, self.hack_flags,
+                      self.infra_error) is True
 
     def components(self) -> dict[str, float]:
         """Numeric components for the trajectory row's `reward_components` column."""

@@ -2,7 +2,9 @@
 
 A backend never raises for something the executed code did; it returns a result record. A failure
 of the sandbox itself (it could not start, its workspace could not be made) is `infra_error`, which
-callers retry and never score as the candidate's failure.
+callers retry and never score as the candidate's failure. Once the program has run, nothing is
+`infra_error` any more: reading back what it left (its output, its collected files) is the
+program's own result, so a candidate can never turn its failure into "not scored".
 """
 from __future__ import annotations
 
@@ -40,7 +42,9 @@ class ExecResult:
     duration_s: float
     backend: str
     peak_memory_mb: float | None = None
-    error: str | None = None  # infra_error: what went wrong with the sandbox itself
+    # infra_error: what went wrong with the sandbox itself; otherwise what could not be read
+    # back of what the execution left (a collected file that is a link, a fifo, too big, ...)
+    error: str | None = None
     files: Mapping[str, str] = field(default_factory=dict)  # collected output files, if asked
 
     @property

@@ -288,28 +288,16 @@ class ForkServer:
                 raise ZygoteError(f"the child's set-up failed: {answer['setup'][:300]}")
             with self._lock:
                 self.served += 1
-            if answer["taint"]:
-                z.healthy = False  # this result stands; the zygote is not used again
-                log.info("fork server: retiring a zygote: %s", ", ".join(answer["taint"]))
-            # Stopped by us while it ran: killed with its tree, as a plain run's launcher is.
-            stopped = out.killed and (answer["killed"] or answer["signal"] == 9)
-            if stopped or (answer["exit"] is None and answer["signal"] is None):
-                code = -9
-            elif answer["signal"] is not None:
-                code = 128 + answer["signal"]  # what bubblewrap reports for a signalled command
-            else:
-                code = answer["exit"]
             if group is not None:
                 emptied = group.kill_all()
-            stdout = out.stdout.decode("utf-8", errors="replace")
-            stderr = out.stderr.decode("utf-8", errors="replace")
-            status = verdict(timed_out=out.timed_out and stopped,
-                             oom=group.oom_killed() if group else False,
-                             overflow=out.overflow, exit_code=code, stderr=stderr)
-            collected = collect_files(z.ws, collect, limits.output_bytes) if collect else {}
-            return ExecResult(status, code, stdout, stderr, answer["duration_s"], "process",
-                              peak_memory_mb=group.peak_mb() if group else None,
-                              files=collected)
+            # The program ran: what fails from here on reads what it left, which it controls,
+            # so it is the execution's own result, never a retried infra_error.
+            try:
+                return self._result(z, answer, out, group, limits, collect)
+            except Exception as exc:  # noqa: BLE001 -- whatever it is, the program caused it
+                return ExecResult("failed", answer["exit"], "", "", answer["duration_s"],
+                                  "process", error=f"after the run: {type(exc).__name__}: "
+                                                   f"{str(exc)[:300]}")
         finally:
             if group is not None and not emptied:
                 emptied = group.kill_all()
@@ -321,6 +309,31 @@ class ForkServer:
                 z.healthy = False
             if group is not None:
                 z.groups.release(emptied and z.healthy)
+
+    @staticmethod
+    def _result(z: Zygote, answer: dict, out, group, limits: Limits,
+                collect: Sequence[str]) -> ExecResult:
+        """The record of an execution that ran (its processes all killed)."""
+        if answer["taint"]:
+            z.healthy = False  # this result stands; the zygote is not used again
+            log.info("fork server: retiring a zygote: %s", ", ".join(answer["taint"]))
+        # Stopped by us while it ran: killed with its tree, as a plain run's launcher is.
+        stopped = out.killed and (answer["killed"] or answer["signal"] == 9)
+        if stopped or (answer["exit"] is None and answer["signal"] is None):
+            code = -9
+        elif answer["signal"] is not None:
+            code = 128 + answer["signal"]  # what bubblewrap reports for a signalled command
+        else:
+            code = answer["exit"]
+        stdout = out.stdout.decode("utf-8", errors="replace")
+        stderr = out.stderr.decode("utf-8", errors="replace")
+        status = verdict(timed_out=out.timed_out and stopped,
+                         oom=group.oom_killed() if group else False,
+                         overflow=out.overflow, exit_code=code, stderr=stderr)
+        got = collect_files(z.ws, collect, limits.output_bytes)
+        return ExecResult(got.verdict(status), code, stdout, stderr, answer["duration_s"],
+                          "process", peak_memory_mb=group.peak_mb() if group else None,
+                          error=got.error, files=got.files)
 
     def _remember(self, z: Zygote, plan: Plan, files: Mapping[str, str | bytes]) -> str | None:
         """The script's bytes for the zygote to keep compiled, if it is a registered harness

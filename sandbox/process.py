@@ -286,11 +286,21 @@ class ProcessSandbox:
             for s in status_lines or ():
                 if "exit-code" in s:
                     code = s["exit-code"]
-            status = verdict(timed_out=cap.timed_out, oom=group.oom_killed() if group else False,
-                             overflow=cap.overflow, exit_code=code, stderr=cap.stderr)
-            collected = collect_files(workdir, collect, limits.output_bytes) if collect else {}
-            return ExecResult(status, code, cap.stdout, cap.stderr, cap.duration_s, self.name,
-                              peak_memory_mb=group.peak_mb() if group else None, files=collected)
+            # The program ran: what fails from here on reads what it left, which it controls,
+            # so it is the execution's own result, never infra_error (nor an exception).
+            try:
+                status = verdict(timed_out=cap.timed_out,
+                                 oom=group.oom_killed() if group else False,
+                                 overflow=cap.overflow, exit_code=code, stderr=cap.stderr)
+                got = collect_files(workdir, collect, limits.output_bytes)
+                return ExecResult(got.verdict(status), code, cap.stdout, cap.stderr,
+                                  cap.duration_s, self.name,
+                                  peak_memory_mb=group.peak_mb() if group else None,
+                                  error=got.error, files=got.files)
+            except Exception as exc:  # noqa: BLE001 -- whatever it is, the program caused it
+                return ExecResult("failed", code, cap.stdout, cap.stderr, cap.duration_s,
+                                  self.name, error=f"after the run: {type(exc).__name__}: "
+                                                   f"{str(exc)[:300]}")
         finally:
             for fd in (r_fd, w_fd):
                 if fd is not None:

@@ -1,11 +1,16 @@
 """The throw-away workspace of one execution: where it lives, how files go in and come back."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+from dataclasses import dataclass, field
 from typing import Mapping, Sequence
+
+from sandbox.base import Status
 
 
 def workspace_base() -> str:
@@ -63,15 +68,91 @@ def write_files(root: str, files: Mapping[str, str | bytes]) -> None:
             fh.write(data)
 
 
-def collect_files(root: str, names: Sequence[str], cap_bytes: int) -> dict[str, str]:
-    """Read back the named regular files (not links: they could point at host files)."""
+@dataclass(frozen=True)
+class Collected:
+    """What was read back of the files a run was asked to leave. `problems` names each one that
+    is there but could not be read back as a regular file within the cap (a link, a fifo, a
+    folder, too big, unreadable): the execution made it so, so it is the execution's failure."""
+
+    files: dict[str, str] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()
+    too_big: bool = False
+
+    def verdict(self, status: Status) -> Status:
+        """The run's status with what it left: a run that ended well but left a collected file
+        that cannot be read is `output_truncated` (over the cap) or `failed`; never infra."""
+        if not self.problems or status != "ok":
+            return status
+        return "output_truncated" if self.too_big else "failed"
+
+    @property
+    def error(self) -> str | None:
+        return "collected files: " + "; ".join(self.problems) if self.problems else None
+
+
+def collect_files(root: str, names: Sequence[str], cap_bytes: int) -> Collected:
+    """Read back the named regular files. Never raises for what the workspace holds: the names
+    are the caller's, but everything at them is the execution's, so each folder on the way and
+    the file itself are opened without following links (a link could point at host files, and a
+    chain of them defeats `os.path.realpath`), a fifo is never waited on, and every failure is
+    one of the result's `problems`. A name with nothing at it is simply not collected."""
     out: dict[str, str] = {}
+    problems: list[str] = []
+    too_big = False
     for rel in names:
-        path = os.path.join(root, check_relpath(rel))
-        real = os.path.realpath(path)
-        if not real.startswith(os.path.realpath(root) + os.sep) or os.path.islink(path):
+        try:
+            data = _read_back(root, check_relpath(rel), cap_bytes)
+        except FileNotFoundError:
             continue
-        if os.path.isfile(path) and os.path.getsize(path) <= cap_bytes:
-            with open(path, "rb") as fh:
-                out[rel] = fh.read().decode("utf-8", errors="replace")
-    return out
+        except _TooBig as exc:
+            too_big = True
+            problems.append(f"{rel}: {exc}")
+            continue
+        except (OSError, ValueError) as exc:
+            problems.append(f"{rel}: {_why(exc)}")
+            continue
+        out[rel] = data.decode("utf-8", errors="replace")
+    return Collected(out, tuple(problems), too_big)
+
+
+class _TooBig(Exception):
+    pass
+
+
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY
+
+
+def _read_back(root: str, rel: str, cap_bytes: int) -> bytes:
+    parts = rel.split(os.sep)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | _NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        ffd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        st = os.fstat(ffd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("not a regular file")
+        if st.st_size > cap_bytes:
+            raise _TooBig(f"{st.st_size} bytes, over the cap of {cap_bytes}")
+        chunks, size = [], 0
+        while chunk := os.read(ffd, min(1 << 16, cap_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > cap_bytes:
+                raise _TooBig(f"over the cap of {cap_bytes} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(ffd)
+
+
+def _why(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+        return "a symbolic link, not read"
+    if isinstance(exc, OSError) and exc.errno == errno.ENOTDIR:
+        return "a folder on its path is not a folder (or is a link), not read"
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

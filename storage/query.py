@@ -2,7 +2,7 @@
 
 `trajectories` reads exactly the live Parquet files of every run (never a temporary or a
 superseded file), with `iteration` from the hive folder name, columns that older files lack
-filled with NULL, and the columns in TRAJECTORY_SCHEMA order. The registry views are built
+filled with NULL (`solved`, from the row's facts), and the columns in TRAJECTORY_SCHEMA order. The registry views are built
 from the small JSON files of each run.
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ import duckdb
 import pandas as pd
 import pyarrow as pa
 
+from rewards.outcome import SOLVED_SQL
 from storage import registry, trajectories
 from storage.fs import Location, locate
 from storage.schema import TRAJECTORY_SCHEMA
@@ -60,6 +61,10 @@ def _trajectories_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
     present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     cols = [_quote(f.name) if f.name in present
             else f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields]
+    # rows written before schema version 4 get `solved` from their facts (rewards/outcome.py)
+    at = TRAJECTORY_SCHEMA.names.index("solved")
+    cols[at] = (f'coalesce("solved", {SOLVED_SQL}) AS "solved"' if "solved" in present
+                else f'({SOLVED_SQL}) AS "solved"')
     # Columns written by a newer schema than this reader knows are kept, after the known ones.
     extra = sorted(present - set(TRAJECTORY_SCHEMA.names))
     return f"SELECT {', '.join(cols + [_quote(c) for c in extra])} FROM {source}"

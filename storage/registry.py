@@ -14,7 +14,6 @@ for a shared file.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -66,17 +65,16 @@ def _iteration_records(folder: Location) -> list[tuple[int, Location]]:
     return sorted((int(m[1]), folder.join(n)) for n in folder.names() if (m := _ITERATION_FILE.match(n)))
 
 
-def config_hash(config: dict) -> str:
-    """Content hash of a resolved config (key order does not matter): 16 hex digits."""
-    canonical = json.dumps(_nan_to_none(config), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def write_run_config(run_dir: str, config: dict) -> None:
-    """Record the resolved config (config.yaml) and its hash (run.json, key `config_hash`).
-    Writing again replaces both; `created_at` keeps the first write's time."""
+def write_run_config(run_dir: str, config: dict, config_hash: str) -> None:
+    """Record the resolved config (config.yaml) and the run's config hash (run.json, key
+    `config_hash`): the hash the run stamps on each of its trajectory rows (`RunConfig.hash()`,
+    what the run computes), so the `runs` view and the rows join on it. Writing again replaces
+    both; `created_at` keeps the first write's time."""
     if not isinstance(config, dict):
         raise ValueError(f"config: expected a dict, got {type(config).__name__}")
+    if not isinstance(config_hash, str) or not config_hash:
+        raise ValueError(f"config_hash: expected the run's hash (a non-empty string), got "
+                         f"{config_hash!r}")
     # Through JSON: refuses what cannot be hashed (naming the problem), tuples become lists.
     config = json.loads(_json_bytes(config, "config"))
     run = locate(run_dir)
@@ -84,7 +82,7 @@ def write_run_config(run_dir: str, config: dict) -> None:
     created = _read_json(info_loc).get("created_at") if info_loc.exists() else None
     text = yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     atomic_write_bytes(run.join("config.yaml"), text.encode())
-    info = {"run_id": run.name, "config_hash": config_hash(config), "created_at": created or _now(),
+    info = {"run_id": run.name, "config_hash": config_hash, "created_at": created or _now(),
             "updated_at": _now(), "store_schema_version": SCHEMA_VERSION}
     atomic_write_bytes(info_loc, _json_bytes(info, "run.json"))
 

@@ -11,6 +11,9 @@ readers fill columns that an older file lacks with null):
   3: one environment API: source (the run config's task source), kind (the environment that
      played the episode), test_names (what each of test_outcomes checked, where the kind
      names its checks). episode_id, turns and end_reason are filled on single-turn rows too.
+  4: solved (rewards/outcome.py: scored, every hidden test passed, no hack flag; null = not
+     scored). Readers fill it for older rows from tests_passed, tests_total, hack_flags and
+     infra_error.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
@@ -68,7 +71,8 @@ _FIELDS = [
     _f("gen_time_s", pa.float64(), "seconds spent generating"),
     _f("exec_time_s", pa.float64(), "seconds spent executing in the sandbox"),
     _f("score_time_s", pa.float64(), "seconds spent scoring"),
-    _f("config_hash", pa.string(), "hash of the resolved run config"),
+    _f("config_hash", pa.string(), "RunConfig.hash() of the run (what it computes); the same "
+       "value as the runs view's config_hash"),
     # -- version 2: multi-turn episodes (null on single-turn rows) --------------------------
     _f("episode_id", pa.string(), "agent episode (<iteration>:<group>:<sample>); null = one-shot"),
     _f("turns", pa.int32(), "policy turns the episode took"),
@@ -86,6 +90,9 @@ _FIELDS = [
     _f("kind", pa.string(), "environment kind that played the episode (`rollforge envs`)"),
     _f("test_names", pa.list_(pa.string()), "what each entry of test_outcomes checked, where "
        "the kind names its checks; empty otherwise"),
+    # -- version 4: one definition of solved ------------------------------------------------
+    _f("solved", pa.bool_(), "every hidden test passed and no hack flag fired "
+       "(rewards/outcome.py); null = not scored"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})

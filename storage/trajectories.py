@@ -29,6 +29,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from rewards.outcome import fill_solved
 from storage import manifest
 from storage.fs import Location, atomic_write, locate
 from storage.manifest import ShardFile
@@ -248,9 +249,10 @@ def retrying(read, what: str):
 def read_trajectories(run_dir: str, iteration: int | None = None) -> pd.DataFrame:
     """All rows of the run (or of one iteration) as a DataFrame in TRAJECTORY_SCHEMA column
     order, ordered by iteration then shard. Null rewards come back as NaN. Consistent while
-    shards are rewritten or compacted: one set of files per iteration, never a missing one."""
-    return retrying(lambda: open_dataset(run_dir, iteration).to_table().to_pandas(),
-                    f"reading {run_dir}")
+    shards are rewritten or compacted: one set of files per iteration, never a missing one.
+    `solved` is filled for rows written before schema version 4 (rewards/outcome.py)."""
+    return fill_solved(retrying(lambda: open_dataset(run_dir, iteration).to_table().to_pandas(),
+                                f"reading {run_dir}"))
 
 
 def _remove_stale_temporaries(folder: Location, older_than_s: float) -> int:

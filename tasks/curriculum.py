@@ -3,9 +3,10 @@
 Pure functions over trajectory rows (a pandas DataFrame with the columns in `TRAJECTORY_COLUMNS`);
 no Prefect, no Dask. Three ideas:
 
-* **Ledger**: per task and iteration, how many samples, how many solved (pass_fraction == 1),
-  the mean reward and whether its groups carried signal (reward variance > 0). Built from the
-  trajectories, so it is stored with them and rebuilt from them after a crash.
+* **Ledger**: per task and iteration, how many samples, how many solved (the rows' `solved`
+  column: rewards/outcome.py, so a hack-flagged rollout is never solved), the mean reward and
+  how many of its groups were informative (rewards/outcome.py). Built from the trajectories, so
+  it is stored with them and rebuilt from them after a crash.
 * **Sampler**: a task's weight is the estimated chance that a group of G samples of it is
   *informative* (not all rewards equal): high for tasks sometimes solved, low for tasks always or
   never solved. Estimates are recency-weighted (the policy changes) and start, for an unseen
@@ -25,10 +26,11 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from rewards.outcome import informative_groups
 from tasks.record import Task
 
-TRAJECTORY_COLUMNS = ("task_id", "iteration", "reward", "pass_fraction", "family", "difficulty",
-                      "split", "group_id")
+TRAJECTORY_COLUMNS = ("task_id", "iteration", "reward", "pass_fraction", "solved", "family",
+                      "difficulty", "split", "group_id")
 LEDGER_COLUMNS = ("task_id", "iteration", "family", "difficulty", "split", "samples", "scored",
                   "solved", "mean_reward", "mean_pass_fraction", "groups", "informative_groups")
 
@@ -51,7 +53,6 @@ class CurriculumConfig(BaseModel):
                               "once its recent solve rate reaches this")
     ramp_damping: float = Field(0.1, ge=0, le=1, description="weight factor per level above the "
                                 "family's frontier (first level not yet mastered)")
-    solved_at: float = Field(1.0, gt=0, le=1, description="pass_fraction counted as solved")
     balance_families: bool = Field(True, description="each family's tasks share one family "
                                    "weight (the mean of theirs), so a family with many tasks is "
                                    "not drawn more often for that alone; False: per task")
@@ -69,12 +70,12 @@ def _check_columns(rows: pd.DataFrame, needed: Iterable[str], what: str) -> None
 
 
 def _group_stats(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per group: whether its scored rewards vary (NaN rewards: not scored, left out)."""
-    scored = rows[rows["reward"].notna()]
-    g = scored.groupby(["task_id", "iteration", "group_id"], sort=False)["reward"]
-    out = pd.DataFrame({"n": g.size(), "spread": g.max() - g.min()}).reset_index()
-    out["informative"] = (out["n"] >= 2) & (out["spread"] > 1e-9)
-    return out
+    """Per group with a scored reward: whether it is informative (rewards/outcome.py)."""
+    keys = ["task_id", "iteration", "group_id"]
+    rows = rows[rows["reward"].notna()]
+    flags = rows.assign(informative=informative_groups(
+        rows["reward"].to_numpy(dtype=float), rows[keys].astype(str).agg("|".join, axis=1)))
+    return flags.groupby(keys, sort=False)["informative"].first().reset_index()
 
 
 class DifficultyLedger:
@@ -100,8 +101,7 @@ class DifficultyLedger:
         if rows.empty:
             return self
         cfg = self.cfg
-        rows = rows.assign(_solved=(rows["pass_fraction"] >= cfg.solved_at - 1e-9)
-                           & rows["reward"].notna(),
+        rows = rows.assign(_solved=rows["solved"].astype(object).eq(True),
                            _scored=rows["reward"].notna())
         keys = ["task_id", "iteration"]
         agg = rows.groupby(keys, sort=True).agg(
@@ -109,7 +109,7 @@ class DifficultyLedger:
             split=("split", "first"), samples=("reward", "size"), scored=("_scored", "sum"),
             solved=("_solved", "sum"), mean_reward=("reward", "mean"),
             mean_pass_fraction=("pass_fraction", "mean")).reset_index()
-        gs = _group_stats(rows).groupby(keys).agg(groups=("n", "size"),
+        gs = _group_stats(rows).groupby(keys).agg(groups=("informative", "size"),
                                                    informative_groups=("informative", "sum"))
         agg = agg.merge(gs.reset_index(), on=keys, how="left").fillna(
             {"groups": 0, "informative_groups": 0})
@@ -254,18 +254,6 @@ def sample_batch(pool: Sequence[Task], ledger: DifficultyLedger, n: int,
 
 
 # -- dynamic sampling -----------------------------------------------------------------------
-def informative_groups(rewards: np.ndarray, group_ids: np.ndarray) -> np.ndarray:
-    """Per element: whether its group's scored (non-NaN) rewards are not all equal."""
-    rewards = np.asarray(rewards, dtype=float)
-    group_ids = np.asarray(group_ids)
-    keep = np.zeros(len(rewards), dtype=bool)
-    for g in np.unique(group_ids):
-        idx = np.flatnonzero(group_ids == g)
-        r = rewards[idx][~np.isnan(rewards[idx])]
-        keep[idx] = r.size >= 2 and (r.max() - r.min()) > 1e-9
-    return keep
-
-
 def drop_uninformative_groups(rows: pd.DataFrame, reward_col: str = "reward",
                               group_col: str = "group_id") -> tuple[pd.DataFrame, list]:
     """Rows of the groups with reward variance > 0, and the ids of the groups dropped."""

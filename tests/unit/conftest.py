@@ -18,3 +18,13 @@ def fast():
 @pytest.fixture(scope="module")
 def plain():
     return ProcessSandbox(fork_server=False)
+
+
+@pytest.fixture(params=[True, False], ids=["fork_server", "plain"], scope="module")
+def either_path(request):
+    """A process sandbox with the fork-server fast path and one without (a test runs on both)."""
+    sbx = ProcessSandbox(fork_server=request.param)
+    if request.param and sbx.fork_server is None:
+        pytest.skip("no fork server here")
+    yield sbx
+    sbx.close()

@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rewards.outcome import fill_solved
 from tasks.curriculum import (CurriculumConfig, DifficultyLedger, drop_uninformative_groups,
                               fill_informative_batch, informative_groups, sample_batch,
                               task_weights)
@@ -13,9 +14,10 @@ from tasks.procedural import generate_suite
 
 def _rows(task, iteration, rewards, group="g"):
     return pd.DataFrame({"task_id": task.task_id, "iteration": iteration,
-                         "reward": rewards, "pass_fraction": rewards, "family": task.family,
-                         "difficulty": task.difficulty, "split": task.split,
-                         "group_id": f"{iteration}:{group}:{task.task_id}"})
+                         "reward": rewards, "pass_fraction": rewards,
+                         "solved": [None if math.isnan(r) else r == 1.0 for r in rewards],
+                         "family": task.family, "difficulty": task.difficulty,
+                         "split": task.split, "group_id": f"{iteration}:{group}:{task.task_id}"})
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,20 @@ def test_ledger_keeps_pass_rate_history_per_iteration_and_is_idempotent(pool):
     assert h["informative_groups"].tolist() == [1, 0]
     assert led.update(rows).to_frame().equals(led.to_frame())  # re-reading changes nothing
     assert DifficultyLedger.from_frame(led.to_frame()).to_frame().equals(led.to_frame())
+
+
+def test_a_hack_flagged_rollout_is_never_solved_for_the_ledger(pool):
+    # Each test passed but a hack check fired: reward -1 (the penalty), pass_fraction 1.
+    # The ledger reads the rows' one definition (rewards/outcome.py), not pass_fraction.
+    rows = fill_solved(pd.DataFrame({
+        "task_id": pool[0].task_id, "iteration": 0, "reward": [-1.0, 1.0, 0.0],
+        "pass_fraction": [1.0, 1.0, 0.0], "tests_passed": [3, 3, 0], "tests_total": 3,
+        "hack_flags": [["exit_called"], [], []], "infra_error": False,
+        "family": pool[0].family, "difficulty": pool[0].difficulty, "split": "train",
+        "group_id": "0:0"}))
+    assert rows["solved"].tolist() == [False, True, False]
+    h = DifficultyLedger.from_trajectories(rows).history(pool[0].task_id)
+    assert h["solved"].tolist() == [1] and h["solve_rate"].tolist() == [pytest.approx(1 / 3)]
 
 
 def test_ledger_refuses_rows_missing_a_column(pool):

@@ -36,7 +36,8 @@ def _informative_share(strategy, pool, solve_p, seed):
         for gi, t in enumerate(batch):
             r = (rng.random(G) < solve_p[t.task_id]).astype(float)
             frames.append(pd.DataFrame({"task_id": t.task_id, "iteration": it, "reward": r,
-                                        "pass_fraction": r, "family": t.family,
+                                        "pass_fraction": r, "solved": r == 1.0,
+                                        "family": t.family,
                                         "difficulty": t.difficulty, "split": t.split,
                                         "group_id": f"{it}:{gi}"}))
         rows = pd.concat(frames, ignore_index=True)

@@ -67,7 +67,8 @@ def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
     batch = train_pool[:3]
     ledger = DifficultyLedger.from_trajectories(pd.DataFrame({
         "task_id": [t.task_id for t in batch], "iteration": 0, "reward": [0.0, 0.5, 1.0],
-        "pass_fraction": [0.0, 0.5, 1.0], "family": [t.family for t in batch],
+        "pass_fraction": [0.0, 0.5, 1.0], "solved": [False, False, True],
+        "family": [t.family for t in batch],
         "difficulty": [t.difficulty for t in batch], "split": "train",
         "group_id": ["0:0", "0:1", "0:2"]})).to_frame()
     here = stages.inputs_digest({"batch": batch, "ledger": ledger, "exclude": ["a", "b"]})
@@ -78,7 +79,8 @@ def test_input_digest_is_the_same_in_a_fresh_process(cfg, train_pool):
             "batch = pool[:3]\n"
             "ledger = DifficultyLedger.from_trajectories(pd.DataFrame({"
             "'task_id': [t.task_id for t in batch], 'iteration': 0, 'reward': [0.0, 0.5, 1.0],"
-            "'pass_fraction': [0.0, 0.5, 1.0], 'family': [t.family for t in batch],"
+            "'pass_fraction': [0.0, 0.5, 1.0], 'solved': [False, False, True],"
+            "'family': [t.family for t in batch],"
             "'difficulty': [t.difficulty for t in batch], 'split': 'train',"
             "'group_id': ['0:0', '0:1', '0:2']})).to_frame()\n"
             "print(stages.inputs_digest({'batch': batch, 'ledger': ledger, 'exclude': ['a', 'b']}))")
@@ -107,7 +109,7 @@ def test_curriculum_favours_sometimes_solved_tasks_and_the_uniform_switch_does_n
     for t in train_pool:
         rewards = [1.0, 0.0, 1.0, 0.0] if t is mixed else [1.0] * 4
         rows += [{"task_id": t.task_id, "iteration": 0, "reward": r, "pass_fraction": r,
-                  "family": t.family, "difficulty": t.difficulty, "split": "train",
+                  "solved": r == 1.0, "family": t.family, "difficulty": t.difficulty, "split": "train",
                   "group_id": f"0:{t.task_id}"} for r in rewards]
     ledger = DifficultyLedger.from_trajectories(pd.DataFrame(rows)).to_frame()
     uniform = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"sampler": "uniform"})})
@@ -279,3 +281,80 @@ def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():
     assert rates["heldout/pass_sampled"] == rates["heldout/add/pass_sampled"] == 0.5
     assert rates["heldout/source/procedural/pass_sampled"] == 0.5
     assert rates["heldout/pass_greedy"] == 1.0 and rates["heldout/source/procedural/tasks"] == 1
+
+
+def test_a_stage_input_that_cannot_be_hashed_by_value_is_refused_naming_its_type(executed_group):
+    class Opaque:  # its repr holds a memory address: another cache key in every process
+        pass
+
+    with pytest.raises(TypeError, match=r"test_flows_stages.*Opaque.*cannot be hashed"):
+        stages.inputs_digest({"batch": [Opaque()]})
+    _, eps = executed_group  # what the stages are really handed hashes by value
+    assert stages.inputs_digest(eps, np.arange(3), np.float32(0.5)) == \
+        stages.inputs_digest(eps, np.arange(3), np.float32(0.5))
+
+
+def test_code_version_tells_apart_a_moved_file_and_two_files_of_one_name(tmp_path):
+    def tree(name: str, files: dict[str, str]) -> str:
+        root = tmp_path / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        return stages.code_version(root)
+
+    here = tree("a", {"flows/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"})
+    moved = tree("b", {"flows/sub/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"})
+    swapped = tree("c", {"flows/util.py": "B = 2\n", "tasks/x.py": "A = 1\n"})
+    assert len({here, moved, swapped}) == 3
+    assert tree("d", {"flows/x.py": "A = 1\n", "tasks/util.py": "B = 2\n"}) == here
+
+
+def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tmp_path):
+    """A real Prefect run: the stage writes a file; called again, it is a cache hit while the
+    file is there, and runs again once the file is gone (a stored result that says it wrote
+    it is not the file)."""
+    from pathlib import Path as _P
+
+    from prefect import flow
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.iteration import _stage, call_stage
+
+    run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
+    made = _P(run_cfg.run_dir) / "product.txt"
+    opts = {"result_storage": tmp_path / "results"}  # as train_flow: the run's own
+
+    @_stage("product_probe", retries=0, timeout_s=None,
+            product=lambda p: (_P(p["cfg"].run_dir) / "product.txt").exists())
+    def make(cfg, iteration: int) -> str:
+        made.write_text("made")
+        return "made"
+
+    @flow
+    def probe(cfg):
+        out = [call_stage(make, opts, cfg, 0), call_stage(make, opts, cfg, 0)]  # run, hit
+        made.unlink()
+        return out + [call_stage(make, opts, cfg, 0)]  # gone: runs again
+
+    with prefect_test_harness(server_startup_timeout=180):
+        assert probe(run_cfg) == ["made"] * 3
+    starts = [r for r in stages.read_journal(run_cfg.run_dir) if r["event"] == "start"]
+    assert len(starts) == 2 and made.read_text() == "made"
+
+
+@pytest.mark.parametrize("stage, params, version", [
+    ("update_policy", {"iteration": 0, "version": 2, "rows": []}, 3),
+    ("sft_stage", {"version": 0}, 0),
+])
+def test_the_checkpoint_writing_stages_name_their_checkpoint_as_their_product(
+        cfg, tmp_path, stage, params, version):
+    from flows import iteration
+    from training.checkpoints import checkpoint_dir
+
+    run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
+    product = getattr(iteration, stage).product
+    assert not product({"cfg": run_cfg, **params})
+    ckpt = checkpoint_dir(run_cfg.run_dir, version)
+    ckpt.mkdir(parents=True)
+    (ckpt / "meta.json").write_text("{}")
+    assert product({"cfg": run_cfg, **params})

@@ -30,7 +30,7 @@ def store(tmp_path, monkeypatch):
     root = tmp_path / "runs"
     for run, iterations in (("run-a", (0, 1)), ("run-b", (0,))):
         run_dir = str(root / run)
-        write_run_config(run_dir, {"run": run, "seed": 1})
+        write_run_config(run_dir, {"run": run, "seed": 1}, "cafe0123")
         for it in iterations:
             n_shards = 2 if run == "run-a" else 1
             for k in range(n_shards):

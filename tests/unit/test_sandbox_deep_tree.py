@@ -21,20 +21,11 @@ print("deep")
 _L = Limits(timeout_s=20.0, memory_mb=256, pids=16)
 
 
-@pytest.fixture(params=[True, False], ids=["fork_server", "plain"], scope="module")
-def sandbox(request):
-    sbx = ProcessSandbox(fork_server=request.param)
-    if request.param and sbx.fork_server is None:
-        pytest.skip("no fork server here")
-    yield sbx
-    sbx.close()
-
-
-def test_a_tree_deeper_than_path_max_leaves_the_next_run_a_clean_workspace(sandbox):
-    first = sandbox.run({"main.py": DEEP}, ["python", "main.py"], _L)
+def test_a_tree_deeper_than_path_max_leaves_the_next_run_a_clean_workspace(either_path):
+    first = either_path.run({"main.py": DEEP}, ["python", "main.py"], _L)
     assert first.status == "ok" and first.stdout == "deep\n", first
     for _ in range(2):  # the same zygote (or a fresh one) serves clean runs afterwards
-        nxt = sandbox.run({"main.py": "import os\nprint(sorted(os.listdir('.')))\n"},
+        nxt = either_path.run({"main.py": "import os\nprint(sorted(os.listdir('.')))\n"},
                           ["python", "main.py"], _L)
         assert nxt.status == "ok" and nxt.stdout == "['main.py']\n", nxt
 

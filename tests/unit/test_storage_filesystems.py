@@ -31,7 +31,7 @@ def memory_store():
 
 def _exercise(store: str) -> None:
     run = f"{store}/run-a"
-    write_run_config(run, {"seed": 1})
+    write_run_config(run, {"seed": 1}, "cafe0123")
     for k in range(3):
         path = write_shard(run, 0, k, example_rows(4, start=10 * k))
     # Returned as a URI the same filesystem takes back (local files: a plain path).

@@ -315,3 +315,17 @@ def test_drop_shards_from_keeps_the_lower_shards_of_a_file_that_straddles_the_cu
     df = read_trajectories(run_dir, 1)
     assert shards_written(run_dir, 1) == {0, 1, 2, 3}
     assert sorted(df["shard"].tolist()) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_solved_is_read_back_from_the_row_facts_where_a_writer_left_it_null(run_dir):
+    # No `solved` key, as in rows written before schema version 4: row 4 passes every test,
+    # row 3 too but is hack-flagged (never solved), row 6 was not scored (null).
+    from storage.query import query
+
+    rows = example_rows(7)
+    rows[3].update(tests_passed=4, hack_flags=["exit_override"])
+    write_shard(run_dir, 0, 0, rows)
+    want = [False, False, False, False, True, False, None]
+    assert read_trajectories(run_dir).sort_values("completion")["solved"].tolist() == want
+    got = query(os.path.dirname(run_dir), "SELECT solved FROM trajectories ORDER BY completion")
+    assert got.column("solved").to_pylist() == want
