@@ -118,17 +118,20 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
         evaluation = _wait("the evaluate deployment", lambda: _api(
             base, "GET", "/deployments/name/rollforge-evaluate/evaluate"), 60, [serve])
         # typed parameters (the UI's form) and schedules are registered
-        props = train["parameter_openapi_schema"]["properties"]
-        assert {"config_file", "run_id", "iterations", "overrides"} <= set(props)
-        assert props["iterations"]["anyOf"][0]["type"] == "integer"
-        assert train["parameters"] == {"config_file": "configs/tiny.yaml"}
+        schema = train["parameter_openapi_schema"]
+        assert set(schema["properties"]) == {"config", "config_file", "overrides"}
+        rl = schema["definitions"]["RLConfig"]["properties"]
+        assert rl["algorithm"]["enum"] == ["grpo", "ppo", "rloo"] and rl["lr"]["description"]
+        assert set(train["parameters"]) == {"config"}  # the whole tiny config
+        assert (train["parameters"]["config"]["run_id"], train["parameters"]["config"]["sft"]
+                ["steps"]) == ("tiny", 5)
         assert [s["schedule"]["cron"] for s in train["schedules"]] == [crons["train"]]
         assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == [crons["eval"]]
         assert set(evaluation["parameter_openapi_schema"]["properties"]) == {"run_dir", "version"}
 
+        # the deployment's config (tiny), two fields changed by overrides
         run = _api(base, "POST", f"/deployments/{train['id']}/create_flow_run", {
-            "parameters": {"config_file": "configs/tiny.yaml", "iterations": 1,
-                           "overrides": [f"out_dir={out}"]}})
+            "parameters": {"overrides": ["iterations=1", f"out_dir={out}"]}})
         state = _wait("the triggered run to finish", lambda: (
             s := _api(base, "GET", f"/flow_runs/{run['id']}")["state"]["type"]) in (
             "COMPLETED", "FAILED", "CRASHED", "CANCELLED") and s, 300, [serve])
