@@ -47,7 +47,7 @@ class EpisodeConfig(BaseModel):
         "instructions + prompt + the visible examples (sandbox/episode.py)")
     shaping: Literal["none", "visible_progress"] = Field(
         "none", description="per-turn shaping added to the final reward: visible_progress = "
-        "shaping_coef x (best visible pass fraction reached by any turn's <run_tests/>), the sum "
+        "shaping_coef x (best visible pass fraction reached by any turn's `<run_tests/>`), the sum "
         "of potential-based per-turn gains (Ng et al. 1999); none: the hidden-test grade alone")
     shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "

@@ -1,9 +1,11 @@
 """`rollforge serve`: register the training and evaluation deployments with a Prefect server
 and run the flow runs it schedules (or that operators start from the UI), until stopped.
 
-Two deployments, both with typed parameters (the UI shows a form for them):
-  rollforge-train/train        config_file, run_id, iterations, overrides   (default: daily 02:00 UTC)
-  rollforge-evaluate/evaluate  run_dir, version                             (default: every 6 hours)
+Two deployments, both with typed parameters that the UI shows as a form:
+  rollforge-train/train        config (the typed run config, a section per stage; default: the
+                               --config file with --run-id and --set applied), config_file,
+                               overrides                                 (default: daily 02:00 UTC)
+  rollforge-evaluate/evaluate  run_dir, version                          (default: every 6 hours)
 Each flow run executes in its own subprocess of this process. The equivalent for Prefect
 work pools and workers is `deployments/prefect.yaml` (see deployments/OPERATORS.md).
 """
@@ -26,13 +28,13 @@ def register(subparsers) -> None:
         epilog="example: PREFECT_API_URL=http://127.0.0.1:4200/api rollforge serve "
         "--config configs/default.yaml --train-cron '0 2 * * *'")
     p.add_argument("--config", default="configs/default.yaml", metavar="FILE",
-                   help="default config_file parameter of the training deployment "
-                   "(default: %(default)s)")
+                   help="the training deployment's config: the defaults of its form and what "
+                   "its scheduled runs run (default: %(default)s)")
     p.add_argument("--run-id", default=None,
-                   help="default run_id parameter (default: the config's run_id)")
+                   help="run_id of that config (default: the config's run_id)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="default overrides parameter of the training deployment, e.g. "
-                   "--set out_dir=/data/runs (repeatable)")
+                   help="change one field of that config, e.g. --set out_dir=/data/runs "
+                   "(repeatable)")
     g = p.add_argument_group("schedules (cron strings are in UTC)")
     g.add_argument("--train-cron", default=DEFAULT_TRAIN_CRON,
                    help="when the training deployment runs (default: %(default)r)")
@@ -60,11 +62,9 @@ def build_deployments(args: argparse.Namespace) -> list:
 
     overrides = list(getattr(args, "overrides", []) or [])
     cfg = resolve_config(config_file=args.config, run_id=args.run_id, overrides=overrides)
-    train_params: dict = {"config_file": args.config}
-    if args.run_id:
-        train_params["run_id"] = args.run_id
-    if overrides:
-        train_params["overrides"] = overrides
+    # The whole resolved config is the deployment's default: the form shows it, field by
+    # field, and a scheduled run runs exactly what the deployment page shows.
+    train_params: dict = {"config": cfg.model_dump(mode="json")}
     train_sched: dict = {}
     eval_sched: dict = {}
     if not args.no_schedules:

@@ -35,7 +35,8 @@ class TaskConfig(BaseModel):
 
     families: list[str] = Field(default_factory=lambda: ["add", "mul", "filter_gt", "repeat"],
                                 min_length=1, description="procedural families in the pool")
-    difficulties: list[int] = Field(default_factory=lambda: [1], min_length=1)
+    difficulties: list[int] = Field(default_factory=lambda: [1], min_length=1,
+                                    description="procedural difficulty levels in the pool")
     tasks_per_family: int = Field(40, ge=1, description="distinct tasks per (family, difficulty)")
     n_tests: int = Field(6, ge=1, description="hidden tests per task")
     heldout_fraction: float = Field(0.2, gt=0, lt=1, description="share of tasks held out")
@@ -45,7 +46,7 @@ class TaskConfig(BaseModel):
                               "data: more constants and fresh docstring examples per family, so the "
                               "warm start learns to read the docstring instead of memorising "
                               "examples (held-out tasks never appear, whatever the seed)")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the procedural suite (its tasks and split)")
     function_name: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
         description="one function name for every task (e.g. f), so the policy must tell the "
@@ -83,7 +84,7 @@ class RunConfig(BaseModel):
 
     run_id: str = Field("default", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
                         description="folder name of the run under out_dir")
-    out_dir: str = Field("runs", description="store root; the run writes to <out_dir>/<run_id>/")
+    out_dir: str = Field("runs", description="store root; the run writes to `<out_dir>/<run_id>/`")
     iterations: int = Field(8, ge=1, description="RL iterations (policy updates) in the run")
     eval_every: int = Field(4, ge=1, description="evaluate held-out tasks every N iterations "
                             "(and always before the first and after the last)")
@@ -92,16 +93,26 @@ class RunConfig(BaseModel):
                                  "changed since it started (its finished iterations and v0 were "
                                  "made under the old config; the rows keep their config_hash). "
                                  "Off: such a resume is refused, naming the changed fields")
-    seed: int = 0
-    tasks: TaskConfig = TaskConfig()
-    cluster: ClusterConfig = ClusterConfig()
-    sandbox: SandboxConfig = SandboxConfig()
-    rewards: RewardConfig = RewardConfig()
-    policy: PolicyConfig = PolicyConfig()
-    sampling: SamplingConfig = SamplingConfig()
-    sft: SFTConfig = SFTConfig()
-    rl: RLConfig = RLConfig()
-    episodes: EpisodeConfig = EpisodeConfig()  # multi-turn agent episodes (off by default)
+    seed: int = Field(0, description="seed of sampling, the warm start and the policy updates")
+    # One section per stage; each stage receives only its own.
+    tasks: TaskConfig = Field(TaskConfig(), description="generate_tasks: which problems, and "
+                              "how each iteration draws them")
+    cluster: ClusterConfig = Field(ClusterConfig(), description="run_rollouts: the Dask "
+                                   "cluster the sandboxes run on")
+    sandbox: SandboxConfig = Field(SandboxConfig(), description="run_rollouts: the sandbox "
+                                   "backend and the limits of one execution")
+    rewards: RewardConfig = Field(RewardConfig(), description="score: the reward's components "
+                                  "and their weights")
+    policy: PolicyConfig = Field(PolicyConfig(), description="the policy model: its shape, or "
+                                 "a local Hugging Face model")
+    sampling: SamplingConfig = Field(SamplingConfig(), description="sample_completions: group "
+                                     "size, temperature, lengths")
+    sft: SFTConfig = Field(SFTConfig(), description="sft_warm_start: the supervised warm start "
+                           "before the first iteration")
+    rl: RLConfig = Field(RLConfig(), description="update_policy: the RL algorithm, learning "
+                         "rate, clipping, KL penalty, DeepSpeed")
+    episodes: EpisodeConfig = Field(EpisodeConfig(), description="multi-turn agent episodes "
+                                    "(off by default)")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":

@@ -19,18 +19,20 @@ import inspect
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 from prefect import flow, get_run_logger, task
 from prefect.context import TaskRunContext
 from prefect.futures import wait as wait_futures
 from prefect.tasks import exponential_backoff
+from pydantic import Field
 
 from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s, step_many
 from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.parameters import config_dict, whole_config
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
@@ -46,6 +48,7 @@ CODE_VERSION = stages.code_version()
 RETRY_DELAYS = exponential_backoff(backoff_factor=2)  # 2 s, 4 s, 8 s, ... (plus 20% jitter)
 _WHERE = ("iteration", "version", "round_", "shard")  # key parts that get their own field
 _NOT_INPUTS = ("cfg", "deadline_s", *_WHERE)
+FORM_DEFAULT = whole_config()  # train_flow's default config: configs/default.yaml, every field
 
 
 def _stage_key(stage: str):
@@ -277,14 +280,25 @@ def resolve_config(config: dict | None = None, config_file: str | None = None,
 
 
 @flow(name="rollforge-train", log_prints=True)
-def train_flow(config: dict | None = None, config_file: str | None = None,
-               run_id: str | None = None, iterations: int | None = None,
+def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
                overrides: list[str] | None = None) -> dict:
-    """Run (or resume) an RL run. `config`: a RunConfig as a dict (what `rollforge run`
-    passes); or `config_file`: a YAML config (default configs/default.yaml). `run_id`,
-    `iterations` and `overrides` (`key=value`, e.g. `rl.lr=1e-4`) change it."""
-    cfg = resolve_config(config, config_file, run_id, iterations, overrides)
+    """Run (or resume) an RL run: an SFT warm start, then GRPO iterations.
+
+    Args:
+        config: The run config, one section per stage (flows/config.py). A deployment's
+            default is its config file (`rollforge serve --config`); this flow's default is
+            `configs/default.yaml`. Give it whole (the form does); to change a few fields
+            use `overrides`.
+        config_file: A YAML run config to run instead of `config` (which is then not used).
+            A relative path is looked up from the working directory, then the repository.
+        overrides: Changes applied last, as `key=value` with a dotted key, the same as
+            `rollforge run --set`, e.g. `rl.lr=1e-4` or `iterations=4`.
+    """
+    cfg = resolve_config(None if config_file else config_dict(config), config_file,
+                         overrides=overrides)
     log = get_run_logger()
+    if config_file:
+        log.info(f"config from {config_file} (the config parameter is not used)")
     begin_run(cfg)
     opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
     done = set(registry.finished_iterations(cfg.run_dir))
@@ -466,9 +480,17 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
 
 
 @flow(name="rollforge-evaluate", log_prints=True)
-def evaluate_flow(run_dir: str = "runs/default", version: int | None = None) -> dict:
+def evaluate_flow(run_dir: str = "runs/default",
+                  version: Annotated[int | None, Field(ge=0)] = None) -> dict:
     """Held-out pass rates of one checkpoint of a run (default: its newest), with the run's
-    own resolved config; publishes them as an artifact."""
+    own resolved config; publishes them as an artifact.
+
+    Args:
+        run_dir: The run's folder, `out_dir/run_id` of its config (it holds `config.yaml`,
+            whose tasks, sandbox and sampling the evaluation uses, and `checkpoints/`).
+        version: The checkpoint to evaluate (0: the SFT start, i: after iteration i - 1);
+            empty: the newest.
+    """
     raw = registry.read_run_config(run_dir)
     p = Path(run_dir)
     cfg = validate_config({**raw, "out_dir": str(p.parent), "run_id": p.name})

@@ -46,7 +46,7 @@ class SandboxConfig(BaseModel):
     max_uses: int = Field(200, gt=0, description="docker backend: executions one warm container "
                           "serves before it is replaced")
     image: str | None = Field(None, description="docker backend: image tag to use instead of "
-                              "building rollforge-sandbox:<recipe digest>")
+                              "building `rollforge-sandbox:<recipe digest>`")
 
     def limits(self) -> Limits:
         return Limits(timeout_s=self.timeout_s, memory_mb=self.memory_mb, pids=self.pids,

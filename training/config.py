@@ -50,9 +50,10 @@ class SFTConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     steps: int = Field(600, ge=0, description="optimizer steps (0: no warm start)")
-    batch_size: int = Field(32, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    warmup_steps: int = Field(50, ge=0)
+    batch_size: int = Field(32, ge=1, description="(prompt, reference) pairs per step")
+    lr: float = Field(2e-3, gt=0, description="peak learning rate (linear warm-up, then linear "
+                      "decay to 10%)")
+    warmup_steps: int = Field(50, ge=0, description="steps of linear warm-up to lr")
     save_every: int = Field(0, ge=0, description="save resumable engine state (model, optimizer, "
                             "scheduler, RNG) every N steps, so a crashed warm start resumes at the "
                             "last save with the same next step; 0: never")

@@ -38,20 +38,100 @@ def test_prefect_yaml_entrypoints_are_flows_whose_signatures_take_its_parameters
     assert names == {"rollforge-train/train", "rollforge-evaluate/evaluate"}
 
 
+def _serve_args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{
+        "config": "configs/default.yaml", "run_id": None, "overrides": [],
+        "train_cron": "0 2 * * *", "train_interval": None, "eval_cron": "0 */6 * * *",
+        "eval_run_dir": None, "no_schedules": False, **kw})
+
+
 def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
     from flows.cli_serve import build_deployments
+    from flows.iteration import FORM_DEFAULT, train_flow
 
-    args = argparse.Namespace(config="configs/default.yaml", run_id=None, train_cron="0 2 * * *",
-                              train_interval=None, eval_cron="0 */6 * * *", eval_run_dir=None,
-                              no_schedules=False)
-    served = {d.name: d for d in build_deployments(args)}
+    served = {d.name: d for d in build_deployments(_serve_args())}
+    # prefect.yaml's train deployment takes the flow's default config (configs/default.yaml);
+    # serve writes the same file's config out whole
+    flow_defaults = {"train": {"config": FORM_DEFAULT.model_dump(mode="json")}, "evaluate": {}}
     for d in prefect_yaml["deployments"]:
         s = served[d["name"]]
-        assert s.parameters == d["parameters"]
+        assert s.parameters == {**flow_defaults[d["name"]], **d["parameters"]}
         assert [x.schedule.cron for x in s.schedules] == [x["cron"] for x in d["schedules"]]
         assert s.entrypoint.endswith(d["entrypoint"].split(":")[1])
-    schema = served["train"]._parameter_openapi_schema.model_dump()["properties"]
-    assert {"config_file", "run_id", "iterations", "overrides"} <= set(schema)
+    schema = served["train"]._parameter_openapi_schema.model_dump()
+    assert set(schema["properties"]) == {"config", "config_file", "overrides"}
+    assert schema["properties"]["config"]["default"] == FORM_DEFAULT.model_dump(mode="json")
+    assert train_flow.validate_parameters({})["config"] == FORM_DEFAULT
+
+
+def _defs(schema: dict) -> dict:
+    return schema.get("definitions") or schema["$defs"]
+
+
+def test_the_train_form_is_the_typed_config_with_the_config_files_values():
+    """Prefect's form is built from this schema: a section per stage, every field described,
+    enums as choices, bounds; the deployment's parameters fill it with the config file."""
+    import re
+
+    from pydantic import BaseModel
+
+    from flows.cli_serve import build_deployments
+    from flows.config import RunConfig, load_config
+
+    train, evaluation = build_deployments(_serve_args(config="configs/tiny.yaml",
+                                                      overrides=["rl.lr=1e-4"]))
+    schema = train._parameter_openapi_schema.model_dump()
+    defs = _defs(schema)
+    sections = {k for k, f in RunConfig.model_fields.items() if isinstance(f.default, BaseModel)}
+    assert sections == {"tasks", "cluster", "sandbox", "rewards", "policy", "sampling", "sft",
+                        "rl", "episodes"}
+    assert set(defs["RunConfig"]["properties"]) == set(RunConfig.model_fields)
+    for name, d in defs.items():
+        for field, p in d["properties"].items():
+            desc = p.get("description", "")
+            assert desc, f"{name}.{field} has no description"
+            # the UI renders descriptions as Markdown: a bare <tag> would vanish
+            assert not re.search(r"<[A-Za-z/]", re.sub(r"`[^`]*`", "", desc)), (name, field)
+    rl = defs["RLConfig"]["properties"]
+    assert rl["algorithm"]["enum"] == ["grpo", "ppo", "rloo"]
+    assert rl["lr"]["exclusiveMinimum"] == 0
+    assert defs["SandboxConfig"]["properties"]["backend"]["enum"] == ["process", "docker"]
+    assert defs["SamplingConfig"]["properties"]["top_p"]["maximum"] == 1
+    for p in ("config", "config_file", "overrides"):
+        assert schema["properties"][p]["description"]
+    expected = load_config("configs/tiny.yaml", ["rl.lr=1e-4"]).model_dump(mode="json")
+    assert train.parameters == {"config": expected}
+    assert evaluation.parameters == {"run_dir": "runs/tiny"}
+    version = evaluation._parameter_openapi_schema.model_dump()["properties"]["version"]
+    assert version["anyOf"][0]["minimum"] == 0 and version["description"]
+
+
+def test_form_values_are_checked_and_a_partial_config_is_refused_naming_what_is_missing():
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.config import ConfigError
+    from flows.iteration import FORM_DEFAULT, evaluate_flow, train_flow
+    from flows.parameters import config_dict
+
+    whole = FORM_DEFAULT.model_dump(mode="json")
+    bad = {**whole, "rl": {**whole["rl"], "lr": -1.0}}
+    with pytest.raises(ParameterTypeError, match="lr"):
+        train_flow.validate_parameters({"config": bad})
+    with pytest.raises(ParameterTypeError, match="algorithm"):
+        train_flow.validate_parameters({"config": {**whole, "rl": {**whole["rl"],
+                                                                   "algorithm": "dpo"}}})
+    with pytest.raises(ParameterTypeError, match="version"):
+        evaluate_flow.validate_parameters({"run_dir": "runs/tiny", "version": -1})
+    # task sources, each with its kind's free options, go through the form's type
+    src = [{"kind": "io", "options": {"families": ["add"], "tasks_per_family": 4}, "weight": 2}]
+    given = train_flow.validate_parameters(
+        {"config": {**whole, "tasks": {**whole["tasks"], "sources": src}}})["config"]
+    assert given.tasks.sources[0].options == src[0]["options"]
+    assert config_dict(given)["tasks"]["sources"][0]["weight"] == 2
+    partial = train_flow.validate_parameters({"config": {"iterations": 4, "rl": {"lr": 1e-4}}})
+    with pytest.raises(ConfigError,
+                       match=r"not given: run_id, out_dir, .*tasks, .*overrides=\[\"iterations=4\""):
+        config_dict(partial["config"])
 
 
 def test_server_refuses_an_address_other_than_loopback(capsys):
