@@ -334,7 +334,7 @@ class _Play:
         self.cfg, self.it, self.v, self.rnd, self.greedy = cfg, it, v, rnd, greedy
         self.opts, self.client = opts, client
         self.queue: list[dict] = []
-        self.stepped: list[Stepped] = []
+        self.stepped: list[Stepped] = []  # steps executed in this stage (not cache hits)
         self.times = {"sample": 0.0, "run_rollouts": 0.0}
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
@@ -357,8 +357,11 @@ class _Play:
                 self.queue.append(queue_snapshot(self.client))
             except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
                 pass
-        out = [r for f in futures for r in f.result()]
-        self.stepped += out
+        out = []
+        for f in futures:
+            out += f.result()
+            if f.state.name != "Cached":  # a shard from the cache took no sandbox time now
+                self.stepped += f.result()
         self.times["run_rollouts"] += time.perf_counter() - t
         return out
 

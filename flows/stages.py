@@ -244,12 +244,18 @@ def read_journal(run_dir: str | os.PathLike) -> list[dict]:
 def execution_metrics(stepped: list[Stepped], wall_s: float, threads: int,
                       queue_samples: list[dict]) -> dict:
     """Throughput and load of a rollout stage: rollouts/s, sandbox utilisation (busy sandbox
-    seconds over the slots the cluster offered) and the scheduler's queue lengths."""
+    seconds over the slots the cluster offered) and the scheduler's queue lengths. `stepped`
+    are the steps the stage executed (a shard answered from the cache took no sandbox time:
+    counting it would push utilisation past 1); the slots are the most threads the cluster had
+    during the stage (a worker that joined midway offered its thread too). NaN when the stage
+    executed nothing."""
+    threads = max([threads, *(q.get("threads", 0) for q in queue_samples)])
     busy = sum(e.seconds for e in stepped)
-    out = {"rollout/per_s": len(stepped) / max(1e-9, wall_s),
+    ran = bool(stepped) and wall_s > 0
+    out = {"rollout/per_s": len(stepped) / wall_s if ran else math.nan,
            "cluster/threads": threads,
            "sandbox/busy_s": busy,
-           "sandbox/utilisation": busy / max(1e-9, wall_s * max(1, threads))}
+           "sandbox/utilisation": busy / (wall_s * max(1, threads)) if ran else math.nan}
     if queue_samples:
         for key in ("queued", "processing", "unrunnable"):
             vals = [q[key] for q in queue_samples]

@@ -203,6 +203,12 @@ def test_execution_metrics_worked_by_hand(executed_group):
     assert m["cluster/queued_max"] == 6 and m["cluster/queued_mean"] == 3.0
     assert m["cluster/workers_min"] == 1
     assert "cluster/queued_max" not in stages.execution_metrics(ex, 2.0, 2, [])
+    # a stage whose shards all came from the cache executed nothing: no figure, never one > 1
+    cached = stages.execution_metrics([], wall_s=0.01, threads=2, queue_samples=[])
+    assert math.isnan(cached["sandbox/utilisation"]) and math.isnan(cached["rollout/per_s"])
+    # a worker that joined midway offered its slot too: the most threads seen are the slots
+    joined = stages.execution_metrics(ex, 2.0, 1, [dict(q[0], threads=2)])
+    assert joined["sandbox/utilisation"] == 0.5 and joined["cluster/threads"] == 2
     assert math.isclose(m["sandbox/busy_s"], 2.0)
     assert np.isfinite(m["cluster/processing_mean"])
 
