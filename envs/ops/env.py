@@ -84,23 +84,23 @@ def prompt_of(goal: str, files: dict[str, dict], show: list[str]) -> str:
 def _check_probes(probes: list[dict]) -> None:
     seen: set[str] = set()
     for i, p in enumerate(probes):
-        where = f"field 'payload.probes.{i}'"
+        where = f"payload.probes.{i}"
         name, kind = p.get("name"), p.get("type")
         if not isinstance(name, str) or not name or name in seen or name == "idempotent":
-            raise ValueError(f"{where}.name: {name!r}: expected a new, non-empty name "
+            raise ValueError(f"field '{where}.name': {name!r}: expected a new, non-empty name "
                              f"(not 'idempotent')")
         if kind not in PROBE_TYPES:
-            raise ValueError(f"{where}.type: {kind!r}; expected one of {list(PROBE_TYPES)}")
+            raise ValueError(f"field '{where}.type': {kind!r}; expected one of {list(PROBE_TYPES)}")
         for path in ([p.get("path")] if kind in FILE_TYPES + ("absent", "link") else []) + \
                 list(p.get("paths", [])):
             if not isinstance(path, str):
-                raise ValueError(f"{where}.path: expected a string, got {path!r}")
+                raise ValueError(f"field '{where}.path': expected a string, got {path!r}")
             check_tree_path(path)
         if "format" in p and p["format"] not in FORMATS:
-            raise ValueError(f"{where}.format: {p['format']!r}; expected one of {list(FORMATS)}")
+            raise ValueError(f"field '{where}.format': {p['format']!r}; expected one of {list(FORMATS)}")
         for r in p.get("requires", []):
             if r not in seen:
-                raise ValueError(f"{where}.requires: {r!r} is not an earlier probe's name")
+                raise ValueError(f"field '{where}.requires': {r!r} is not an earlier probe's name")
         seen.add(name)
 
 
