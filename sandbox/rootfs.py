@@ -301,7 +301,8 @@ class System:
 
     def _command(self, status_fd: int) -> list[str]:
         h = self.host
-        ns = [h.bwrap, "--json-status-fd", str(status_fd), "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid",
+        ns = [h.bwrap, "--json-status-fd", str(status_fd), "--unshare-user", "--uid", "0",
+              "--gid", "0", "--unshare-pid",
               "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
               "--die-with-parent", "--new-session", "--hostname", "sandbox", "--proc", "/proc",
               "--dev", "/dev", "--perms", "1777", "--size", str(self.tmp_mb << 20),

@@ -97,7 +97,8 @@ def _check_probes(probes: list[dict]) -> None:
                 raise ValueError(f"field '{where}.path': expected a string, got {path!r}")
             check_tree_path(path)
         if "format" in p and p["format"] not in FORMATS:
-            raise ValueError(f"field '{where}.format': {p['format']!r}; expected one of {list(FORMATS)}")
+            raise ValueError(f"field '{where}.format': {p['format']!r}; expected one of "
+                             f"{list(FORMATS)}")
         for r in p.get("requires", []):
             if r not in seen:
                 raise ValueError(f"field '{where}.requires': {r!r} is not an earlier probe's name")
@@ -284,7 +285,8 @@ class OpsEnv(SingleTurnEnv):
                 rec = json.loads(line)
             except ValueError:
                 break
-            if not isinstance(rec, dict) or rec.get("i") != len(values) or len(values) >= len(wanted):
+            if not isinstance(rec, dict) or rec.get("i") != len(values) \
+                    or len(values) >= len(wanted):
                 break
             values[wanted[len(values)]] = (rec.get("ok") is True, rec.get("data"))
         return Parsed(values)
