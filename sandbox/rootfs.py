@@ -290,7 +290,10 @@ class System:
         return os.path.join(self.workdir, "root")
 
     def snapshot(self) -> Tree | None:
-        return snapshot(self.root)
+        try:
+            return snapshot(self.root)
+        except OSError:  # a path past PATH_MAX and the like: the script's doing, unreadable
+            return None
 
     def _give(self) -> None:
         for dirpath, dirnames, filenames in os.walk(self.workdir):
