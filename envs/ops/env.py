@@ -1,0 +1,292 @@
+"""Kind `ops`: the policy writes a bash script that must bring a small Linux system to a required
+state; state probes grade what the script left (design and threat model: envs/ops/README.md).
+
+An episode: the task's tree (`payload.files`) is written into a throw-away system
+(`sandbox.rootfs.System`), the script runs there as uid 0 of a user namespace, and once every
+process of that run is dead the tree is read back. The script then runs a second time over the
+result (idempotence: the same state again). Configs are parsed by a fresh sandbox execution
+(`probes.CHECK_SOURCE`), rollback scripts run on a copy of the final system, and the probes
+(`payload.probes`) are evaluated in the grader over the copies: one named outcome each, plus
+`idempotent`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from envs.base import SingleTurnEnv
+from envs.ops.families import FAMILIES
+from envs.sources import split_of
+from envs.ops.probes import (CHECK_SOURCE, CHECKS, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed,
+                             redirected, same_node, wanted_parses)
+from rewards.io_tests import Outcome, TestReport
+from sandbox.base import ExecResult, Limits, Sandbox
+from sandbox.rootfs import (System, check_tree_path, escaping_links, host_support, node_of,
+                            same_state, unavailable)
+from tasks.record import Task
+
+PARSER = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python"  # has PyYAML
+TOOLS = "coreutils, sed, awk, grep, find, tar, gzip, jq, python3"
+
+
+class OpsOptions(BaseModel):
+    """Which ops tasks a source of kind `ops` generates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    families: list[str] = Field(default_factory=lambda: list(FAMILIES), min_length=1,
+                                description=f"task families, some of {sorted(FAMILIES)}")
+    tasks_per_family: int = Field(20, ge=1, description="tasks drawn per family")
+    heldout_fraction: float = Field(0.2, gt=0, lt=1, description="share of tasks held out")
+    seed: int = Field(0, description="generator seed; the same options give the same tasks")
+
+    @field_validator("families")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        unknown = sorted(set(v) - set(FAMILIES))
+        if unknown:
+            raise ValueError(f"unknown {unknown}; expected some of {sorted(FAMILIES)}")
+        return v
+
+
+class OpsPayload(BaseModel):
+    """The kind's part of a `Task`: the system before the script and the probes of after."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    files: dict[str, dict] = Field(description="system path (relative, under a top folder such "
+                                   "as etc/ or srv/) -> {content|content_b64, mode} | {dir: "
+                                   "true, mode} | {link: target}")
+    probes: list[dict] = Field(min_length=1, description="named state probes "
+                               "(envs/ops/probes.py)")
+
+
+def script_of(answer: str) -> str:
+    """The script in an answer: the first fenced code block if there is one, else all of it."""
+    m = re.search(r"```[a-z]*\n(.*?)(```|$)", answer, re.S)
+    return m.group(1) if m else answer
+
+
+def prompt_of(goal: str, files: dict[str, dict], show: list[str]) -> str:
+    lines = [f"You are root on a small Linux system ({TOOLS}).", f"Task: {goal}"]
+    for path in show:
+        lines += [f"--- /{path}", files[path]["content"].rstrip("\n")]
+    lines += ["Write a bash script that does it (running it twice must leave the same state).",
+              "Script:", ""]
+    return "\n".join(lines)
+
+
+def _check_probes(probes: list[dict]) -> None:
+    seen: set[str] = set()
+    for i, p in enumerate(probes):
+        where = f"payload.probes.{i}"
+        name, kind = p.get("name"), p.get("type")
+        if not isinstance(name, str) or not name or name in seen or name == "idempotent":
+            raise ValueError(f"field '{where}.name': {name!r}: expected a new, non-empty name "
+                             f"(not 'idempotent')")
+        if kind not in PROBE_TYPES:
+            raise ValueError(f"field '{where}.type': {kind!r}; expected one of {list(PROBE_TYPES)}")
+        for path in ([p.get("path")] if kind in FILE_TYPES + ("absent", "link") else []) + \
+                list(p.get("paths", [])):
+            if not isinstance(path, str):
+                raise ValueError(f"field '{where}.path': expected a string, got {path!r}")
+            check_tree_path(path)
+        if "format" in p and p["format"] not in FORMATS:
+            raise ValueError(f"field '{where}.format': {p['format']!r}; expected one of "
+                             f"{list(FORMATS)}")
+        for r in p.get("requires", []):
+            if r not in seen:
+                raise ValueError(f"field '{where}.requires': {r!r} is not an earlier probe's name")
+        seen.add(name)
+
+
+class OpsEnv(SingleTurnEnv):
+    name = "ops"
+    description = "a bash script that brings a sandboxed Linux system to a required state"
+    Config = OpsOptions
+    Payload = OpsPayload
+
+    # -- tasks -----------------------------------------------------------------------------
+    def generate(self) -> list[Task]:
+        c = self.config
+        tasks: list[Task] = []
+        seen: set[str] = set()
+        for family in c.families:
+            for i in range(c.tasks_per_family):
+                for retry in range(20):  # a draw that repeats an earlier task is drawn again
+                    rng = random.Random(f"ops:{c.seed}:{family}:{i}" + (f":{retry}" * bool(retry)))
+                    spec = FAMILIES[family](rng)
+                    prompt = prompt_of(spec.goal, spec.files, spec.show)
+                    payload = {"files": spec.files, "probes": spec.probes}
+                    digest = hashlib.sha256(json.dumps([family, prompt, payload],
+                                                       sort_keys=True).encode()).hexdigest()
+                    if digest not in seen:
+                        break
+                else:
+                    continue  # the family has no more distinct tasks to give
+                seen.add(digest)
+                task_id = f"ops/{family}/{digest[:10]}"  # content-named: the split is too
+                tasks.append(Task(task_id=task_id, suite="ops", family=family,
+                                  difficulty=spec.difficulty,
+                                  split=split_of(task_id, c.heldout_fraction, "ops"),
+                                  prompt=prompt, kind=self.name, reference=spec.reference,
+                                  payload=payload))
+        return tasks
+
+    def validate(self, task: Task) -> Task:
+        super().validate(task)
+        for path, spec in task.payload["files"].items():
+            try:
+                check_tree_path(path)
+                node_of(spec)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ValueError(f"field 'payload.files.{path}': {exc}") from None
+        _check_probes(task.payload["probes"])
+        return task
+
+    def trivial_answers(self, task: Task) -> dict[str, str]:
+        """The empty script and the cheats (envs/ops/README.md): none may earn anything."""
+        ref = task.reference or ""
+        probed = [path for p in task.payload["probes"] if p["type"] not in ("link", "absent")
+                  for path in ([p["path"]] if "path" in p else p.get("paths", []))]
+        target = probed[0] if probed else "etc/motd"
+        return {
+            "empty": "",
+            "forged_end_line": "mkdir -p /root/expected\necho 'all probes passed' > "
+                               "/root/expected/result\necho 'ROLLFORGE-END rc=0 survivors=0'\n",
+            "kill_checker": ref + "\nkill -9 -1\n",
+            "late_change": ref + "\nsetsid nohup sh -c 'sleep 1; rm -rf /etc/* /srv/* /var/*' "
+                                 ">/dev/null 2>&1 &\n",
+            "symlink_probe": ref + f"\nmv /{target} /root/.shadow && ln -s /root/.shadow "
+                                   f"/{target}\n",
+            "symlink_escape": ref + f"\nrm -rf /{target} && ln -s /usr/lib/os-release /{target}\n",
+        }
+
+    # -- grading -----------------------------------------------------------------------------
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        p = OpsPayload.model_validate(task.payload)
+        names = tuple(q["name"] for q in p.probes) + ("idempotent",)
+        n = len(names)
+        script = script_of(answer)
+        host = host_support(sandbox)
+
+        def infra(why: str, res: ExecResult | None = None) -> TestReport:
+            res = res or ExecResult("infra_error", None, "", "", 0.0, "process-system", error=why)
+            return TestReport(("missing",) * n, (), "infra_error", res, load_error=why,
+                              test_names=names)
+
+        why = unavailable(host)
+        if why:
+            return infra(why)
+        try:
+            system = System.make(host, {path: node_of(s) for path, s in p.files.items()})
+        except OSError as exc:
+            return infra(f"system workspace: {exc}")
+        try:
+            tree0 = system.snapshot()  # the system as the script finds it, top folders and all
+            first = system.run(script, limits)
+            if first.exec.infra_error:
+                return infra(first.exec.error or "system run", first.exec)
+            res = first.exec
+            if res.status == "timeout":
+                return TestReport(("timeout",) * n, ("Timeout",) * n, "timeout", res,
+                                  test_names=names)
+            final = system.snapshot()
+            if final is None:
+                return TestReport(("failed",) * n, (), res.status, res, test_names=names,
+                                  load_error="StateTooLarge: the system grew past the caps")
+            flags = []
+            if first.forged:
+                flags.append("forged_end_line")
+            if first.tampered:
+                flags.append("checker_killed")
+            if first.survivors:
+                flags.append("background_process")
+            if escaping_links(final):
+                flags.append("symlink_escape")
+            if any(redirected(q, final, tree0) for q in p.probes):
+                flags.append("symlink_probe")
+            second = system.run(script, limits)
+            if second.exec.infra_error:
+                return infra(second.exec.error or "system run", second.exec)
+            again = system.snapshot()
+        finally:
+            system.close()
+        idempotent = (second.survivors == 0 and again is not None and not second.forged
+                      and not same_state(final, again) and bool(same_state(tree0, final)))
+        rolled = {}
+        for q in p.probes:
+            if q["type"] == "rollback":
+                ok = self._rollback(host, final, tree0, q, limits)
+                if ok is None:
+                    return infra("rollback run")
+                rolled[q["name"]] = ok
+        parsed = self._parse(p.probes, final, tree0, sandbox, limits)
+        if parsed is None:
+            return infra("config checker run")
+        outcomes: list[Outcome] = []
+        verdicts: dict[str, bool] = {}
+        for q in p.probes:
+            ok = all(verdicts.get(r, False) for r in q.get("requires", ())) and (
+                rolled[q["name"]] if q["type"] == "rollback"
+                else CHECKS[q["type"]](q, final, tree0, parsed))
+            verdicts[q["name"]] = ok
+            outcomes.append("passed" if ok else "failed")
+        outcomes.append("passed" if idempotent else "failed")
+        if flags:  # no credit, whatever the probes said
+            outcomes = ["failed"] * n
+        return TestReport(tuple(outcomes), (), res.status, res, tuple(flags), test_names=names)
+
+    @staticmethod
+    def _rollback(host, final, tree0, q: dict, limits: Limits) -> bool | None:
+        """Run the rollback script on a copy of the final system; None: the host failed."""
+        try:
+            system = System.make(host, final)
+        except OSError:
+            return None
+        try:
+            run = system.run(f"bash {q['script']}\n", limits)
+            if run.exec.infra_error:
+                return None
+            after = system.snapshot()
+        finally:
+            system.close()
+        if after is None or run.survivors != 0 or run.forged:
+            return False
+        return all(same_node(after.get(x), tree0.get(x), after, tree0, x) for x in q["paths"])
+
+    @staticmethod
+    def _parse(probes, final, tree0, sandbox: Sandbox, limits: Limits) -> Parsed | None:
+        """Parse the configs the probes read, in the sandbox (the parsers meet the candidate's
+        bytes there, not in the grader); None: the sandbox failed."""
+        wanted = [w for w in wanted_parses(probes)
+                  if (final if w[0] == "final" else tree0).get(w[1]) is not None
+                  and (final if w[0] == "final" else tree0)[w[1]].kind == "file"]
+        if not wanted:
+            return Parsed({})
+        files: dict[str, str | bytes] = {"check.py": CHECK_SOURCE, "case.json": json.dumps(
+            [[f"f{i}", fmt] for i, (_, _, fmt) in enumerate(wanted)])}
+        for i, (state, path, _) in enumerate(wanted):
+            files[f"f{i}"] = (final if state == "final" else tree0)[path].data
+        res = sandbox.run(files, [PARSER, "-I", "-B", "check.py"],
+                          Limits(timeout_s=limits.timeout_s, memory_mb=limits.memory_mb,
+                                 pids=limits.pids, output_bytes=4 << 20))
+        if res.status == "infra_error":
+            return None
+        values = {}
+        for line in res.stdout.splitlines():  # strict: record i, in order, else nothing after
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                break
+            if not isinstance(rec, dict) or rec.get("i") != len(values) \
+                    or len(values) >= len(wanted):
+                break
+            values[wanted[len(values)]] = (rec.get("ok") is True, rec.get("data"))
+        return Parsed(values)
