@@ -42,7 +42,7 @@ def test_rows_and_the_runs_view_carry_the_same_config_hash(tmp_path):
 def test_the_guides_join_examples_run_on_a_store(tmp_path):
     _run(tmp_path, "a")
     _run(tmp_path, "b", seed=7)
-    blocks = [b for doc in ("README.md", "storage/ANALYSTS.md")
+    blocks = [b for doc in ("README.md", "docs/analysts.md")
               for b in re.findall(r"```sql\n(.*?)```", (ROOT / doc).read_text(), re.S)
               if re.search(r"\bJOIN runs\b", b)]
     assert len(blocks) >= 4
