@@ -7,7 +7,7 @@ Two deployments, both with typed parameters that the UI shows as a form:
                                overrides                                 (default: daily 02:00 UTC)
   rollforge-evaluate/evaluate  run_dir, version                          (default: every 6 hours)
 Each flow run executes in its own subprocess of this process. The equivalent for Prefect
-work pools and workers is `deployments/prefect.yaml` (see deployments/OPERATORS.md).
+work pools and workers is `deployments/prefect.yaml` (see docs/operators.md).
 """
 from __future__ import annotations
 

@@ -134,7 +134,7 @@ def solved(e: Episode) -> bool | None:
 
 def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: int,
                  config_hash: str, group_offset: int = 0) -> list[dict]:
-    """One trajectory row per episode (storage/ANALYSTS.md), GRPO advantages per task group.
+    """One trajectory row per episode (docs/analysts.md), GRPO advantages per task group.
     The columns only multi-turn episodes fill (the turns' text, the mask, shaping) stay null on
     single-turn rows."""
     grades = [e.grade for e in eps]

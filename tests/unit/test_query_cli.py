@@ -20,7 +20,7 @@ from storage.schema import TRAJECTORY_SCHEMA
 from storage.synthetic import example_rows
 from storage.trajectories import compact, write_shard
 
-GUIDE = Path(__file__).resolve().parents[2] / "storage" / "ANALYSTS.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "analysts.md"
 
 
 @pytest.fixture

@@ -51,7 +51,7 @@ def _kill_at(monkeypatch, step: int) -> list[int]:
 
 
 def _direct_reads(run_dir: str) -> list[list[str]]:
-    """What analysts run on the folder: pandas, and DuckDB over the README's glob."""
+    """What analysts run on the folder: pandas, and DuckDB over docs/analysts.md's glob."""
     folder = os.path.join(run_dir, "trajectories")
     glob = os.path.join(folder, "*", "*.parquet")
     return [sorted(pd.read_parquet(folder).completion),
