@@ -29,6 +29,7 @@ BUILTIN: dict[str, str] = {
     "humaneval": "envs.humaneval:HumanEvalEnv",
     "testfile": "envs.testfile:TestFileEnv",
     "agent": "envs.agent:AgentEnv",
+    "logic": "envs.logic:LogicEnv",
 }
 
 
