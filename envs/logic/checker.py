@@ -12,9 +12,10 @@ check "premises and earlier steps entail the step" would accept the goal as step
 nothing. A bound on what one step may use (`max_cited`, 2 by default) makes each step one small
 inference, which is what the solver then verifies.
 
-Hack flags (the answer then earns no credit):
-- `restated_goal`: an invalid step equivalent to the goal (the answer asserted what it had to
-  show without deriving it);
+Hack flags (the answer then earns no credit, envs/logic/env.py):
+- `restated_goal`: a step equivalent to the goal that its citations do not give (the answer
+  asserted what it had to show without deriving it; a goal step that only builds on an earlier
+  invalid step is not flagged, the error lies there);
 - `contradiction`: a step unsatisfiable on its own (`false`, `A and not A`): nothing
   consistent entails it, and a chain built on it would prove anything;
 - `unknown_citation`: a step cites a premise the task does not have, itself or a later step
@@ -248,13 +249,16 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
                 continue
             why = "not entailed by what it cites"
         verdicts.append(StepVerdict("failed", why))
-        # An invalid step that is a contradiction, or the goal itself, is flagged however it
-        # failed (e.g. the goal citing every premise fails the citation bound).
-        checks += 2
+        # An invalid contradiction is flagged however it failed; an invalid goal when it fails
+        # by its own inference (the goal citing every premise fails the citation bound), not
+        # when it only builds on an earlier invalid step: that error lies earlier.
+        checks += 1
         if z.decide([claim], z3.BoolVal(False, z.ctx), timeout_ms) == "yes":
             flag("contradiction")
-        if z.decide([], claim == goal_t, timeout_ms) == "yes":
-            flag("restated_goal")
+        if not why.startswith("builds on"):
+            checks += 1
+            if z.decide([], claim == goal_t, timeout_ms) == "yes":
+                flag("restated_goal")
     goal_v = StepVerdict("failed", "no steps")
     if lines:
         last = len(lines)
