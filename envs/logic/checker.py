@@ -27,10 +27,12 @@ Hack flags (the answer then earns no credit, envs/logic/env.py):
 answer scores 0 with the flag.
 
 Threat model: the answer is text, read by our own parser (envs/logic/syntax.py), never
-executed. The danger is the solver: a crafted formula can make z3 slow or hungry. Each check
-has a time limit, every answer a total budget (`budget_s`), z3's process-wide memory cap
-(`memory_max_size`) is set, and the parser refuses long, deep, quantifier-heavy or non-linear
-formulas before z3 sees them. Checks run in-process on the worker, each answer in its own z3
+executed. The danger is the solver: a crafted formula can make z3 slow or hungry (a 170-
+character knapsack question within the caps takes it seconds: tests/unit/test_env_logic.py).
+Each check has a time limit (a step costs at most three checks: its entailment, then, when
+invalid, the contradiction and goal tests), every answer a total budget (`budget_s`, looked at
+between steps), z3's process-wide memory cap (`memory_max_size`) is set, and the parser refuses
+long, deep, quantifier-heavy or non-linear formulas before z3 sees them. Checks run in-process on the worker, each answer in its own z3
 context (thread-safe), which is what makes a check cost about a millisecond; what they cannot
 bound is a bug in z3 itself crashing the worker (Dask then restarts it and the shard is
 retried).
@@ -80,7 +82,7 @@ def set_memory_cap(mb: int) -> None:
             _MEMORY_MB[:] = [mb]
 
 
-class _Z3:
+class Z3Terms:
     """Formula trees to z3 terms in one context."""
 
     def __init__(self) -> None:
@@ -164,7 +166,7 @@ def task_sorts(premises: list[str], goal: str) -> dict[str, str]:
 @functools.lru_cache(maxsize=4096)
 def premises_consistent(premises: tuple[str, ...], timeout_ms: int = 2000) -> bool:
     """Whether z3 finds a model of the premises (undecided counts as not shown consistent)."""
-    z = _Z3()
+    z = Z3Terms()
     sorts: dict[str, str] = {}
     terms = []
     for p in premises:
@@ -184,7 +186,7 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
         bad = StepVerdict("failed", "the task's premises are contradictory")
         return ChainVerdict((bad,) * len(lines), bad, ("inconsistent_premises",),
                             time.perf_counter() - t0, 1, 0)
-    z = _Z3()
+    z = Z3Terms()
     sorts = task_sorts(premises, goal)
     prem = [z.term(parse_formula(p, sorts)[0]) for p in premises]
     goal_t = z.term(parse_formula(goal, sorts)[0])
