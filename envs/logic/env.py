@@ -88,14 +88,13 @@ class LogicPayload(BaseModel):
 
 
 STEPS = ("in steps `N. formula [cited]`, each citing at most {k} premises (P1) or earlier "
-         "steps (1) it follows from")
-SYNTAX = "Syntax: not, and, or, ->, <->, all x. (...), some x. (...), 2*x + y >= 3."
+         "steps (1)")
+SYNTAX = "Syntax: not and or -> <-> all x. some x. 2*x + y >= 3"
 ASK = {
     "prove": "Goal: {goal}\nProve it {steps}; end with the goal.",
     "knights_knaves": "Knights tell the truth, knaves lie; K_a: a is a knight. Find who is a "
-                      "knight {steps}; end with a, b, c in order, like `K_a and not K_b and K_c`.",
-    "integers": "Find the whole numbers {steps}; end with each variable in order, like "
-                "`x = 1 and y = 2`.",
+                      "knight {steps}; end like `K_a and not K_b and K_c`.",
+    "integers": "Find x, y... {steps}; end like `x = 1 and y = 2`.",
 }
 
 
