@@ -32,10 +32,11 @@ character knapsack question within the caps takes it seconds: tests/unit/test_en
 Each check has a time limit (a step costs at most three checks: its entailment, then, when
 invalid, the contradiction and goal tests), every answer a total budget (`budget_s`, looked at
 between steps), z3's process-wide memory cap (`memory_max_size`) is set, and the parser refuses
-long, deep, quantifier-heavy or non-linear formulas before z3 sees them. Checks run in-process on the worker, each answer in its own z3
-context (thread-safe), which is what makes a check cost about a millisecond; what they cannot
-bound is a bug in z3 itself crashing the worker (Dask then restarts it and the shard is
-retried).
+long, deep, quantifier-heavy or non-linear formulas before z3 sees them. Checks run in-process
+on the worker, in one z3 context per thread (z3 contexts are not shared between threads),
+which is what makes a check cost about a millisecond. What they cannot bound is a bug in z3
+itself crashing the worker (Dask then restarts it and the shard is retried); z3 crashes, rather
+than raising, when a context is made with its memory cap already reached, hence the reuse.
 """
 from __future__ import annotations
 
@@ -82,11 +83,24 @@ def set_memory_cap(mb: int) -> None:
             _MEMORY_MB[:] = [mb]
 
 
-class Z3Terms:
-    """Formula trees to z3 terms in one context."""
+_LOCAL = threading.local()
 
-    def __init__(self) -> None:
-        self.ctx = z3.Context()
+
+def thread_context() -> z3.Context:
+    """This thread's z3 context, made once and reused: a context costs about 16 MB, and making
+    one under z3's memory cap when the cap is nearly reached crashes the process (z3 returns no
+    context), so contexts are made when memory is low, not once per answer."""
+    ctx = getattr(_LOCAL, "ctx", None)
+    if ctx is None:
+        ctx = _LOCAL.ctx = z3.Context()
+    return ctx
+
+
+class Z3Terms:
+    """Formula trees to z3 terms in one context (this thread's, by default)."""
+
+    def __init__(self, ctx: z3.Context | None = None) -> None:
+        self.ctx = ctx or thread_context()
         self.obj = z3.DeclareSort("Obj", self.ctx)
         self.names: dict[tuple[str, str], z3.ExprRef] = {}
 
@@ -144,6 +158,7 @@ class Z3Terms:
         try:
             r = s.check()
         except z3.Z3Exception:  # out of memory, or the solver gave up some other way
+            _LOCAL.ctx = None  # the next answer gets a fresh context
             return "unknown"
         return "yes" if r == z3.unsat else "no" if r == z3.sat else "unknown"
 
