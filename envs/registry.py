@@ -30,6 +30,7 @@ BUILTIN: dict[str, str] = {
     "testfile": "envs.testfile:TestFileEnv",
     "agent": "envs.agent:AgentEnv",
     "ops": "envs.ops:OpsEnv",
+    "logic": "envs.logic:LogicEnv",
 }
 
 
