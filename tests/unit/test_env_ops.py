@@ -77,7 +77,8 @@ def test_a_late_change_from_a_background_process_never_lands_in_the_state():
         state = system.snapshot()
     finally:
         system.close()
-    assert run.survivors == 1 and run.script_rc == 0 and "started" in run.exec.stdout
+    # the sh, and its sleep once sh has forked it: how many the count catches depends on timing
+    assert run.survivors >= 1 and run.script_rc == 0 and "started" in run.exec.stdout
     assert state["etc/app.conf"].data == b"ok\n"
 
 
