@@ -142,7 +142,10 @@ def test_the_answers_budget_bounds_a_chain_of_slow_steps(env, tasks):
     ctx = StepContext(None, Limits(timeout_s=0.3), RewardConfig(per_test_timeout_s=0.2))
     answer = "\n".join(f"{i}. {SLOW}" for i in range(1, 9))
     b, report = env.grade(t, answer, ctx)
-    assert report.exec_result.duration_s < 1.5 and b.timeouts == 8 and b.reward == 0.0
+    assert b.timeouts == 8 and b.reward == 0.0
+    # the budget, not eight 0.2 s checks, ended it: the later steps never reached the solver
+    # (stated by the verdicts, not by a clock, which a loaded machine would make flaky)
+    assert "step 8: timeout: the answer's budget of 0.3 s is spent" in report.exec_result.stdout
 
 
 def test_a_task_with_contradictory_premises_scores_zero_flagged_and_is_a_problem(env, tasks,
