@@ -34,6 +34,7 @@ run: setup
 test: setup
 	bash scripts/setup_docker.sh
 	bash scripts/setup_browser.sh
+	bash scripts/setup_postgres.sh
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 test-fast: setup

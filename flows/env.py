@@ -14,12 +14,22 @@ DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # no tqdm bars for every checkpoint load/save
     "DASK_LOGGING__DISTRIBUTED": "warning",  # cluster start/stop chatter
+    # Progress lines (training/progress.py) outside a flow run (a benchmark calling the trainer)
+    # are terminal lines only, not a warning that they found no run to log to.
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
 }
+PROGRESS_LOGGER = "rollforge.progress"  # training.progress.LOGGER, without importing it here
 
 
 def apply_defaults() -> None:
     for k, v in DEFAULTS.items():
         os.environ.setdefault(k, v)
+    # Prefect attaches its API log handler to these loggers, so the progress lines of long work
+    # are in the run's logs in the UI (Prefect reads this once, when it is first imported).
+    extra = [x.strip() for x in os.environ.get("PREFECT_LOGGING_EXTRA_LOGGERS", "").split(",")
+             if x.strip()]
+    if PROGRESS_LOGGER not in extra:
+        os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = ",".join([*extra, PROGRESS_LOGGER])
 
 
 DISTRIBUTED_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")

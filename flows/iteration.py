@@ -42,6 +42,7 @@ from training import checkpoints
 from training.episodes import sample_actions
 from training.generate import Sample
 from training.policy import tokenizer_of
+from training.progress import Progress
 from training.trainer import RLSample, grpo_update, policy_for_sampling, sft_warm_start
 
 CODE_VERSION = stages.code_version()
@@ -194,9 +195,20 @@ def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int
     s = cfg.sampling
     gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
     t0 = time.perf_counter()
-    out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p, greedy=greedy,
-                         batch_size=s.batch_size, generator=gen, stop=tuple(s.stop))
+    with Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
+                  "sequences") as shown:
+        out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
+                             greedy=greedy, batch_size=s.batch_size, generator=gen,
+                             stop=tuple(s.stop), progress=shown)
     return out, time.perf_counter() - t0
+
+
+def _phase(iteration: int, version: int, round_: int | str, turn: int) -> str:
+    """What a round's turn is for, as its progress lines name it."""
+    what = (f"held-out evaluation of v{version} ({str(round_)[5:]})"
+            if str(round_).startswith("eval-") else
+            f"iteration {iteration}" + (f", refill round {round_}" if round_ else ""))
+    return what + (f", turn {turn}" if turn > 1 else "")
 
 
 @_stage("run_rollouts", retries=3, timeout_s=None)
@@ -352,11 +364,17 @@ class _Play:
         futures = [runner.submit(cfg, self.it, self.v, self.rnd, k, turn, items[i:i + size],
                                  step_deadline_s(items[i:i + size], cfg.sandbox, threads))
                    for k, i in enumerate(range(0, len(items), size))]
-        while wait_futures(futures, timeout=0.25).not_done:
-            try:
-                self.queue.append(queue_snapshot(self.client))
-            except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
-                pass
+        sizes = {f: len(items[i:i + size]) for f, i in zip(futures, range(0, len(items), size))}
+        with Progress(f"{_phase(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
+                      "steps") as shown:
+            while (state := wait_futures(futures, timeout=0.25)).not_done:
+                shown.update(sum(sizes[f] for f in state.done),
+                             shards=f"{len(state.done)}/{len(futures)}")
+                try:
+                    self.queue.append(queue_snapshot(self.client))
+                except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
+                    pass
+            shown.update(len(items), shards=f"{len(futures)}/{len(futures)}")
         out = []
         for f in futures:
             out += f.result()

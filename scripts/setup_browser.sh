@@ -12,6 +12,8 @@ CHROMIUM="${ROLLFORGE_CHROMIUM:-/usr/bin/chromium}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 mkdir -p "$LOG_DIR"
+# shellcheck source=apt_install.sh
+. "$(dirname "$0")/apt_install.sh"
 
 say() { echo "setup_browser: $*"; }
 give_up() { say "browser unavailable: $*"; echo "unavailable: $*" > "$STATUS_FILE"; exit 0; }
@@ -23,10 +25,7 @@ if [ -x "$CHROMIUM" ]; then
   say "chromium present ($CHROMIUM)"
 elif [ "$(id -u)" = 0 ] || [ -n "$SUDO" ]; then
   say "installing chromium (log: $LOG_DIR/apt.log)"
-  $SUDO apt-get install -y -q --no-install-recommends chromium >"$LOG_DIR/apt.log" 2>&1 \
-    || { $SUDO apt-get update -q >>"$LOG_DIR/apt.log" 2>&1 \
-         && $SUDO apt-get install -y -q --no-install-recommends chromium >>"$LOG_DIR/apt.log" 2>&1; } \
-    || give_up "apt-get install chromium failed (see $LOG_DIR/apt.log)"
+  apt_install "$LOG_DIR/apt.log" chromium || give_up "apt-get install chromium failed (see $LOG_DIR/apt.log)"
   [ -x "$CHROMIUM" ] || give_up "chromium installed but $CHROMIUM is missing"
   say "installed chromium"
 else

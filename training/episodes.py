@@ -19,6 +19,7 @@ from typing import Sequence
 import torch
 
 from training.generate import Sample, _sample_batch
+from training.progress import Progress
 
 OBS_OPEN, OBS_CLOSE = "<obs>\n", "\n</obs>\n"
 
@@ -136,11 +137,11 @@ def policy_token_units(sample, max_len: int | None, per: str) -> int:
 def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temperature: float = 1.0,
                    top_p: float = 1.0, greedy: bool = False, batch_size: int = 64,
                    generator: torch.Generator | None = None, tokenizer=None,
-                   stop: tuple[str, ...] = ()) -> list[Sample]:
+                   stop: tuple[str, ...] = (), progress: Progress | None = None) -> list[Sample]:
     """The next action of every live episode, in batches: like `training.generate.sample`, but
     from token contexts (prompt + the episode so far), which must not be re-tokenised. An
     action ends at EOS, at the token completing one of the `stop` strings, or at
-    `max_new_tokens`."""
+    `max_new_tokens`. `progress` is advanced by each batch's sequences."""
     from training.policy import tokenizer_of  # noqa: PLC0415
 
     tok = tokenizer or tokenizer_of(model)
@@ -150,5 +151,7 @@ def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temper
     for start in range(0, len(contexts), batch_size):
         out.extend(_sample_batch(model, contexts[start:start + batch_size], max_new_tokens,
                                  temperature, top_p, greedy, generator, True, tok, tuple(stop)))
+        if progress is not None:
+            progress.update(len(out))
     model.train(was_training)
     return out

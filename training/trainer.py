@@ -26,6 +26,7 @@ from training.episodes import policy_token_units
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import loss_units, plan_update
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
+from training.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     t0, losses = time.perf_counter(), []
     device = engine.device
     last = sft.steps if stop_after is None else min(sft.steps, stop_after)
-    for step in range(first, last):
+    shown = Progress("sft warm start", sft.steps, "steps", start=first, enabled=rank == 0)
+    for step in shown.over(range(first, last)):
         batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
         mine = batch[rank::world]
         b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
@@ -155,6 +157,7 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
         engine.backward(loss)
         engine.step()
         losses.append(float(loss.detach()))
+        shown.set(loss=float(np.mean(losses[-20:])))  # smoothed as sft/final_loss is
         if sft.save_every and (step + 1) % sft.save_every == 0 and step + 1 < sft.steps:
             _save_progress(engine, progress, step + 1, rng)
     if last < sft.steps:
@@ -281,8 +284,10 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": [], "replay_nll": []}
     replay_rng = random.Random(f"replay:{seed}:{version}:{eng.rank()}")
     replay_on = rl.replay_coef > 0
-    for epoch in plan.steps:
-        for mb in epoch:
+    for e, epoch in enumerate(plan.steps):
+        shown = Progress(f"rl update v{version} -> v{version + 1}, epoch {e + 1}/{len(plan.steps)}",
+                         len(epoch), "micro-batches", enabled=eng.rank() == 0)
+        for mb in shown.over(epoch):
             part = [live[i] for i in mb.indices]
             b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
                            tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
@@ -320,6 +325,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                 stats["clip_frac"].append(info["clip_frac"])
                 if "kl" in info:
                     stats["kl"].append(info["kl"])
+                shown.set(loss=float(np.mean(stats["loss"][-20:])))
     seconds = time.perf_counter() - t0
     metrics = {
         "train/loss": float(np.mean(stats["loss"])) if stats["loss"] else 0.0,

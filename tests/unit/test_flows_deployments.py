@@ -139,6 +139,24 @@ def test_server_refuses_an_address_other_than_loopback(capsys):
     assert "expected a loopback address" in capsys.readouterr().err
 
 
+def test_server_refuses_a_database_prefect_cannot_run_on(capsys):
+    assert main(["server", "--database", "mysql://op:hunter2@127.0.0.1/prefect"]) == 2
+    err = capsys.readouterr().err
+    assert "'mysql' is not one Prefect's server runs on" in err and "hunter2" not in err
+
+
+def test_server_names_an_unreachable_database_without_its_password(capsys):
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["server", "--database", f"postgresql://op:hunter2@127.0.0.1:{port}/prefect"]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot reach the database postgresql+asyncpg://op:***@127.0.0.1:{port}/prefect" in err
+    assert "hunter2" not in err
+
+
 def test_serve_without_a_server_says_how_to_start_one(capsys, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
     assert main(["serve"]) == 2
