@@ -30,14 +30,24 @@ from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
 
+# Outcome and TestReport are here for plug-ins: what a kind's verify returns.
 __all__ = ["EnvError", "Environment", "NoOptions", "Outcome", "SingleTurnEnv", "StepContext",
-           "StepResult", "TestReport", "breakdown_of"]  # Outcome, TestReport: what verify returns
+           "StepResult", "TestReport", "breakdown_of", "known_names"]
 
 
 class NoOptions(BaseModel):
     """A kind without options."""
 
     model_config = ConfigDict(extra="forbid")
+
+
+def known_names(given: list[str], known, what: str = "") -> list[str]:
+    """`given` if every name is in `known`, else ValueError naming the unknown ones (a kind's
+    Config validator for its `families`)."""
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(f"unknown {what}{unknown}; expected some of {sorted(known)}")
+    return given
 
 
 class EnvError(ValueError):

@@ -7,7 +7,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from envs.base import SingleTurnEnv
+from envs.base import SingleTurnEnv, known_names
 from rewards.io_tests import TestReport, run_io_tests
 from rewards.static_checks import check_static
 from sandbox.base import Limits, Sandbox
@@ -36,10 +36,7 @@ class ProceduralOptions(BaseModel):
     def _known(cls, v: list[str]) -> list[str]:
         from tasks.procedural import FAMILIES  # noqa: PLC0415
 
-        unknown = sorted(set(v) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown {unknown}; expected some of {sorted(FAMILIES)}")
-        return v
+        return known_names(v, FAMILIES)
 
 
 def function_problems(task: Task) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.base import Environment
 from envs.functions import FunctionTaskEnv
 from rewards.humaneval_tests import run_humaneval_tests, task_plan
 from rewards.io_tests import TestReport
@@ -33,12 +34,7 @@ class HumanEvalEnv(FunctionTaskEnv):
         task_plan(task)  # raises ValueError naming the task when its check cannot be graded
         return task
 
-    def problems(self, task: Task) -> list[str]:
-        try:
-            self.validate(task)
-        except ValueError as exc:
-            return [str(exc)]
-        return []
+    problems = Environment.problems  # the record checks alone (a check program, not values)
 
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:

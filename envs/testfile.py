@@ -32,10 +32,9 @@ class TestFileEnv(SingleTurnEnv):
         return task
 
     def problems(self, task: Task) -> list[str]:
-        try:
-            self.validate(task)
-        except ValueError as exc:
-            return [str(exc)]
+        bad = super().problems(task)  # the record checks (validate)
+        if bad:
+            return bad
         if task.reference is not None:
             try:
                 ast.parse(solution_source(task, task.reference))

@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from envs.base import SingleTurnEnv, StepContext
+from envs.base import SingleTurnEnv, StepContext, known_names
 from envs.logic.checker import check_chain, premises_consistent, set_memory_cap, task_sorts
 from envs.logic.families import FAMILIES, Problem
 from envs.logic.syntax import ParseError
@@ -67,10 +67,7 @@ class LogicOptions(BaseModel):
     @field_validator("families")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        unknown = sorted(set(v) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown {unknown}; expected some of {sorted(FAMILIES)}")
-        return v
+        return known_names(v, FAMILIES)
 
 
 class LogicPayload(BaseModel):

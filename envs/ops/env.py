@@ -19,7 +19,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from envs.base import SingleTurnEnv
+from envs.base import SingleTurnEnv, known_names
 from envs.ops.families import FAMILIES
 from envs.sources import split_of
 from envs.ops.probes import (CHECK_SOURCE, CHECKS, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed,
@@ -48,10 +48,7 @@ class OpsOptions(BaseModel):
     @field_validator("families")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        unknown = sorted(set(v) - set(FAMILIES))
-        if unknown:
-            raise ValueError(f"unknown {unknown}; expected some of {sorted(FAMILIES)}")
-        return v
+        return known_names(v, FAMILIES)
 
 
 class OpsPayload(BaseModel):
