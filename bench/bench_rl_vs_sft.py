@@ -142,13 +142,15 @@ def _at(cfg, run_dir: Path):
 
 
 def evaluate_version(cfg, run_dir: Path, version: int, samples: int | None = None) -> dict:
-    """The flow's `evaluate` stage on `run_dir`'s `version`; `samples`: sampled completions per
-    held-out task instead of the run's `tasks.heldout_samples`."""
-    from flows.iteration import evaluate
+    """The flow's held-out evaluation of `run_dir`'s `version`; `samples`: sampled completions
+    per held-out task instead of the run's `tasks.heldout_samples`."""
+    from flows.iteration import pass_rates_on
+    from flows.stages import heldout_tasks
 
     if samples:
         cfg = cfg.model_copy(update={"tasks": cfg.tasks.model_copy(update={"heldout_samples": samples})})
-    return evaluate.fn(_at(cfg, run_dir), version)
+    cfg = _at(cfg, run_dir)
+    return pass_rates_on(cfg, version, heldout_tasks(cfg), "heldout")
 
 
 def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:

@@ -36,7 +36,7 @@ def _empty_ledger():
 
 
 def test_stage_cache_key_covers_inputs_and_policy_version_but_not_the_deadline(cfg, train_pool):
-    from flows.iteration import CODE_VERSION, _stage_key
+    from flows.staging import CODE_VERSION, _stage_key
 
     from envs.registry import env_for_task
 
@@ -239,7 +239,7 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
     from prefect import flow
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.iteration import _stage
+    from flows.staging import _stage
 
     @_stage("hang_probe", retries=1, timeout_s=1)
     def hang(cfg, iteration: int) -> int:
@@ -324,7 +324,7 @@ def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tm
     from prefect import flow
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.iteration import _stage, call_stage
+    from flows.staging import _stage, call_stage
 
     run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
     made = _P(run_cfg.run_dir) / "product.txt"

@@ -1,0 +1,90 @@
+"""The stage decorator of the flow: every pipeline stage is a Prefect task with an explicit
+cache key (stage, run id, iteration, policy version, round, shard, config hash, code version,
+digest of the stage's other inputs), a persisted result, retries with exponential backoff, a
+deadline and a journal line per run (`<run>/stages.jsonl`); a stage whose product is on disk
+names it, and `call_stage` runs it again when the product is gone."""
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from typing import Any, Callable
+
+from prefect import task
+from prefect.context import TaskRunContext
+from prefect.tasks import exponential_backoff
+
+from flows import stages
+from flows.config import RunConfig
+from training import checkpoints
+
+CODE_VERSION = stages.code_version()
+RETRY_DELAYS = exponential_backoff(backoff_factor=2)  # 2 s, 4 s, 8 s, ... (plus 20% jitter)
+_WHERE = ("iteration", "version", "round_", "shard")  # key parts that get their own field
+_NOT_INPUTS = ("cfg", "deadline_s", *_WHERE)
+
+
+def _stage_key(stage: str):
+    def key(ctx: TaskRunContext, p: dict[str, Any]) -> str:
+        cfg: RunConfig = p["cfg"]
+        inputs = stages.inputs_digest({k: v for k, v in p.items() if k not in _NOT_INPUTS})
+        parts = [stage, cfg.run_id, f"it{p.get('iteration', 'na')}", f"v{p.get('version', 'na')}",
+                 f"r{p.get('round_', 'na')}", f"s{p.get('shard', 'na')}", cfg.hash(),
+                 CODE_VERSION, inputs]
+        return "-".join(str(x) for x in parts)
+    return key
+
+
+def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
+           product: Callable[[dict], bool] | None = None):
+    """A pipeline stage: explicit cache key, persisted result, retries with backoff, a
+    deadline (enforced by Prefect for stages the flow calls directly; rollout shards, which
+    run in threads, enforce their own inside `step_many`), and a journal line per run.
+    `product(params)`: whether what the stage writes to disk is there; `call_stage` reuses a
+    stored result only while it is."""
+    def deco(fn):
+        sig = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def journaled(*args, **kwargs):
+            a = sig.bind(*args, **kwargs).arguments
+            where = {k.rstrip("_"): a[k] for k in _WHERE if k in a}
+            run_dir = a["cfg"].run_dir
+            stages.journal(run_dir, stage, "start", **where)
+            t0 = time.perf_counter()
+            try:
+                out = fn(*args, **kwargs)
+            except BaseException as exc:
+                error = f"{type(exc).__name__}: {exc}"[:300]
+                if type(exc).__name__ == "CancelledError" and timeout_s:
+                    error = f"deadline of {timeout_s:g} s passed ({error})"  # Prefect's timeout
+                stages.journal(run_dir, stage, "failed", error=error, **where)
+                raise
+            stages.journal(run_dir, stage, "end", seconds=round(time.perf_counter() - t0, 3),
+                           **where)
+            return out
+
+        t = task(name=stage, cache_key_fn=_stage_key(stage), persist_result=True,
+                 retries=retries, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=0.2,
+                 timeout_seconds=timeout_s)(journaled)
+        t.product = product
+        return t
+    return deco
+
+
+def call_stage(stage, opts: dict, *args):
+    """Run `stage` with the run's task options. A stage whose product is gone (a checkpoint
+    deleted since its result was stored) runs again and replaces its stored result: a cache
+    hit would return what it computed and write nothing. (Its key stays the same, so the
+    stored result is found again once the product is back.)"""
+    product = getattr(stage, "product", None)
+    if product is not None:
+        bound = inspect.signature(stage.fn).bind(*args)
+        bound.apply_defaults()
+        if not product(bound.arguments):
+            opts = dict(opts, refresh_cache=True)
+    return stage.with_options(**opts)(*args)
+
+
+def _has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:
+    return lambda p: checkpoints.exists(p["cfg"].run_dir, version_of(p))
