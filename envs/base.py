@@ -94,6 +94,9 @@ class Environment:
     Config: ClassVar[type[BaseModel]] = NoOptions
     Payload: ClassVar[type[BaseModel] | None] = None
     site_packages: ClassVar[bool] = False
+    # True: every answer of `trivial_answers` (the kind's cheats too) must earn no reward at all,
+    # not only fail to solve (the task check reports one that earns partial credit)
+    trivial_earn_nothing: ClassVar[bool] = False
     max_turns: int = 1
 
     def __init__(self, config: BaseModel | Mapping[str, Any] | None = None) -> None:

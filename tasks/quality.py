@@ -122,6 +122,8 @@ def check_task(task: Task, sandbox, limits, reward_cfg=None, env=None) -> TaskCh
             problems.append(f"trivial solution {name!r} could not be run: sandbox infra_error")
         elif b.solved:
             problems.append(f"trivial solution {name!r} passes every hidden test")
+        elif env.trivial_earn_nothing and b.reward > 0:
+            problems.append(f"trivial answer {name!r} earns {b.reward:.3f} (must earn nothing)")
     return TaskCheck(task.task_id, tuple(problems), ref_reward, trivial, infra)
 
 

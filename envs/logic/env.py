@@ -161,6 +161,8 @@ class LogicEnv(SingleTurnEnv):
                        "follows from them")
         return bad
 
+    trivial_earn_nothing = True  # the task check runs every cheat: none may earn anything
+
     def trivial_answers(self, task: Task) -> dict[str, str]:
         """The empty answer and one answer per cheat (each must earn nothing)."""
         return hack_answers(task)

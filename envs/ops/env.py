@@ -146,6 +146,8 @@ class OpsEnv(SingleTurnEnv):
         _check_probes(task.payload["probes"])
         return task
 
+    trivial_earn_nothing = True  # the task check runs every cheat: none may earn anything
+
     def trivial_answers(self, task: Task) -> dict[str, str]:
         """The empty script and the cheats (envs/ops/README.md): none may earn anything."""
         ref = task.reference or ""

@@ -208,3 +208,15 @@ def test_bad_options_are_refused_naming_the_field():
 def test_environment_pickles_by_reference_with_its_options(env):
     back = pickle.loads(pickle.dumps(env))
     assert type(back) is type(env) and back.config == env.config
+
+
+def test_a_kind_that_demands_it_has_a_partial_credit_trivial_answer_reported(env, tasks, ctx):
+    """`trivial_earn_nothing`: the task check reports a trivial answer that earns anything, not
+    only one that solves (`.*` matches every positive of a regex task: partial credit)."""
+    from tasks.quality import check_task
+
+    task = one_of(tasks, "prefix")
+    assert check_task(task, ctx.sandbox, ctx.limits, env=env).ok  # the regex kind allows it
+    strict = type("StrictRegexEnv", (type(env),), {"trivial_earn_nothing": True})(env.config)
+    problems = check_task(task, ctx.sandbox, ctx.limits, env=strict).problems
+    assert any(p.startswith("trivial answer 'match_all' earns 0.") for p in problems), problems
