@@ -86,9 +86,7 @@ def load_source(src: SourceConfig) -> list[Task]:
 
         try:
             tasks = load_tasks(src.file, validate=check)
-        except TaskFileError as exc:
-            raise EnvError(f"{what}: {exc}") from None
-        except EnvError as exc:
+        except (TaskFileError, EnvError) as exc:
             raise EnvError(f"{what}: {exc}") from None
     else:
         try:
@@ -118,9 +116,10 @@ def sft_tasks_of(src: SourceConfig) -> list[Task]:
     """The warm start's tasks of a source: training-split tasks with a reference. A kind's
     own `sft_tasks` (e.g. the procedural functions drawn with several seeds) where the source
     keeps the kind's split; the pool's training tasks where it is a file or re-split."""
+    pool = build_pool([src])  # the cached pool, not a second load of the file or generator
     if src.file or src.heldout_fraction is not None:
-        return [t for t in load_source(src) if t.split == "train" and t.reference is not None]
-    held = {t.task_id for t in load_source(src) if t.split == "heldout"}
+        return [t for t in pool if t.split == "train" and t.reference is not None]
+    held = {t.task_id for t in pool if t.split == "heldout"}
     return [t for t in _select(src.model_copy(update={"limit": None}), src.environment().sft_tasks())
             if t.task_id not in held and t.split == "train"]
 
