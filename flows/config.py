@@ -152,6 +152,11 @@ class RunConfig(BaseModel):
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)
             d["rl"].pop("replay_per_step", None)
+        # A warm start of a fixed length (no `sft.until_pass`) is how runs before the
+        # criterion existed worked: same hash.
+        if d["sft"].get("until_pass") is None:
+            for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps"):
+                d["sft"].pop(k, None)
         return d
 
     def hash(self) -> str:

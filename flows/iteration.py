@@ -27,7 +27,8 @@ from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s, step_many
-from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.episodes import (Episode, episode_metrics, episode_rows, heldout_metrics, play,
+                            solved)
 from flows.parameters import config_dict, whole_config
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
@@ -53,20 +54,55 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     (steps on Dask) of the multi-turn ones (`episodes.sft_demos`)."""
     if checkpoints.exists(cfg.run_dir, 0):
         return {"sft/reused": True}
-    prompts, refs, demos = [], [], []
+    pairs, demos = [], []
     for src, tasks in stages.sft_data(cfg):
         env = src.environment()
         if env is not None and env.max_turns > 1:
             if getattr(env.config, "sft_demos", False):
                 demos += _demos(cfg, src, env, tasks)
             continue
-        prompts += [t.prompt for t in tasks]
-        refs += [t.reference for t in tasks]
-    out = sft_warm_start(cfg.run_dir, prompts, refs, cfg.policy, cfg.sft, cfg.rl, cfg.seed,
-                         demos=demos or None)
+        pairs += tasks
+    probe = None
+    if cfg.sft.until_pass is not None:
+        held, pairs = stages.probe_split(pairs, cfg.sft.probe_tasks)
+        if not held:
+            raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
+                             "have references (the probe is drawn from them)")
+        probe = _probe(cfg, held)
+    out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
+                         cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None, probe=probe)
+    if probe is not None:
+        out["sft/probe_tasks"] = len(held)
     if demos:
         out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
     return out
+
+
+def _probe(cfg: RunConfig, tasks: list[Task]):
+    """model -> its greedy pass rate on `tasks`: played and graded as the held-out evaluation
+    plays its greedy episodes (the same environments and sandbox, the run's Dask cluster), from
+    the weights being trained (no checkpoint is written)."""
+    env = stages.env_of(cfg)
+    envs = [env(t) for t in tasks]
+    c, s = cfg.cluster, cfg.sampling
+
+    def passed(model) -> float:
+        client = dask_client(c.address, c.n_workers, c.threads_per_worker)
+        tok = tokenizer_of(model)
+
+        def sample_fn(turn, contexts, _eps, max_new_tokens, k):
+            t = time.perf_counter()
+            out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
+                                 greedy=True, batch_size=s.batch_size, stop=tuple(s.stop))
+            return out, time.perf_counter() - t
+
+        def step_fn(turn, items):
+            return step_many(client, items, cfg.sandbox, cfg.rewards,
+                             timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
+
+        eps = play(tasks, envs, 1, cfg.policy.max_len, tok, s.max_new_tokens, sample_fn, step_fn)
+        return sum(bool(solved(e)) for e in eps) / len(eps)
+    return passed
 
 
 def _demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:

@@ -90,4 +90,16 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
            f"held-out pass rate ({b['heldout/tasks']} tasks; per family: greedy / sampled)",
            f"  {'':<{width}}{'SFT start (v0)':<17}after RL (v{result['iterations']})"]
     out += [f"  {label:<{width}}{cell(v0):<17}{cell(v1)}" for label, v0, v1 in rows]
+    out += _warm_start_line(result.get("sft") or {})
     return "\n".join(out)
+
+
+def _warm_start_line(sft: dict) -> list[str]:
+    """How a warm start trained until a criterion ended (`sft.until_pass`), when it ran now."""
+    if "sft/probe_pass" not in sft:
+        return []
+    met = sft.get("sft/criterion_met_at")
+    when = (f"criterion met at step {int(met)}" if met is not None and not math.isnan(met)
+            else f"criterion not met, decayed from step {sft['sft/decay_from']}")
+    return [f"warm start: {sft['sft/steps']} steps ({when}); greedy pass of its "
+            f"{sft['sft/probe_tasks']} probe tasks at the end {sft['sft/probe_pass']:.3f}"]

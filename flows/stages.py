@@ -62,6 +62,23 @@ def sft_data(cfg: RunConfig) -> list[tuple[SourceConfig, list[Task]]]:
     return [(s, sft_tasks_of(s)) for s in task_sources(cfg)]
 
 
+def probe_split(tasks: list[Task], n: int) -> tuple[list[Task], list[Task]]:
+    """(probe, rest) of the warm start's tasks with a reference: the `n` distinct prompts first
+    by a hash of (task id, prompt) are the probe (`sft.until_pass`), and no task with a probe
+    prompt is trained on. The same tasks on every machine and in every process."""
+    with_ref = [t for t in tasks if t.reference is not None]
+    order = sorted(with_ref, key=lambda t: hashlib.sha256(
+        f"{t.task_id}\0{t.prompt}".encode()).hexdigest())
+    probe, seen = [], set()
+    for t in order:
+        if len(probe) == n:
+            break
+        if t.prompt not in seen:
+            seen.add(t.prompt)
+            probe.append(t)
+    return probe, [t for t in with_ref if t.prompt not in seen]
+
+
 def replay_pairs(cfg: RunConfig) -> tuple[tuple[str, str], ...]:
     """(prompt, reference) of the single-turn warm start's data, for `rl.replay_coef`: built
     once per process and sources (about a second for the default mix)."""

@@ -57,6 +57,27 @@ class SFTConfig(BaseModel):
     save_every: int = Field(0, ge=0, description="save resumable engine state (model, optimizer, "
                             "scheduler, RNG) every N steps, so a crashed warm start resumes at the "
                             "last save with the same next step; 0: never")
+    until_pass: float | None = Field(
+        None, gt=0, le=1, description="train until a criterion instead of a fixed schedule: hold "
+        "the peak lr until the greedy pass rate on the probe tasks reaches this, then decay "
+        "linearly to 10% over `decay_steps` and stop; `steps` is then the most it may take (the "
+        "decay starts at `steps - decay_steps` at the latest, criterion met or not). Needs a "
+        "single-turn source with references (the probe is graded in the sandbox like any "
+        "rollout). None: warm-up and linear decay over exactly `steps`")
+    probe_tasks: int = Field(64, ge=1, description="with until_pass: training tasks with a "
+                             "reference withheld from the warm start's data (the first by a hash "
+                             "of their id) whose greedy pass rate is the criterion; never a "
+                             "held-out task")
+    probe_every: int = Field(100, ge=1, description="with until_pass: steps between probes")
+    decay_steps: int = Field(300, ge=1, description="with until_pass: steps of linear decay "
+                             "after the criterion is met")
+
+    @model_validator(mode="after")
+    def _criterion_fits(self) -> "SFTConfig":
+        if self.until_pass is not None and self.decay_steps >= self.steps:
+            raise ValueError(f"sft.decay_steps={self.decay_steps} must be less than "
+                             f"sft.steps={self.steps} (the most steps with until_pass)")
+        return self
 
 
 class RLConfig(BaseModel):

@@ -12,7 +12,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -67,6 +67,28 @@ class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):
         return [lr for _ in self.optimizer.param_groups]
 
 
+class WarmupHoldDecay(torch.optim.lr_scheduler.LRScheduler):
+    """The schedule of a warm start trained until a criterion (`sft.until_pass`): linear
+    warm-up, the peak lr held until `decay_from` is set (the criterion met), then linear decay
+    to 10% over `decay` steps. `decay_from` is scheduler state, so it is saved and restored with
+    the engine's (`sft.save_every`)."""
+
+    def __init__(self, optimizer, peak: float, warmup: int, decay: int):
+        self.peak, self.warmup, self.decay = peak, warmup, decay
+        self.decay_from: int | None = None
+        super().__init__(optimizer)
+
+    def get_lr(self) -> list[float]:
+        step = max(0, self.last_epoch)
+        if step < self.warmup:
+            lr = self.peak * (step + 1) / self.warmup
+        elif self.decay_from is None or step < self.decay_from:
+            lr = self.peak
+        else:
+            lr = self.peak * (1.0 - 0.9 * min(1.0, (step - self.decay_from) / self.decay))
+        return [lr for _ in self.optimizer.param_groups]
+
+
 def _engine_for(model, rl: RLConfig, lr: float, micro: int, accum: int, resume_from: Path | None,
                 scheduler=None) -> tuple[object, bool]:
     """The engine, with the optimizer state of `resume_from` when it can be loaded here."""
@@ -108,7 +130,8 @@ def _set_rng_state(rng: random.Random, state: dict) -> None:
 
 def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], policy: PolicyConfig,
                    sft: SFTConfig, rl: RLConfig, seed: int, stop_after: int | None = None,
-                   demos: list | None = None) -> dict:
+                   demos: list | None = None,
+                   probe: Callable[[torch.nn.Module], float] | None = None) -> dict:
     """Train a fresh policy on (prompt, reference) pairs; publish it as version 0.
 
     `demos`: transcripts `(prompt, [(text, by_policy), ...])` (training/episodes.py), trained
@@ -116,13 +139,24 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
 
     With `sft.save_every`, the engine state (weights, optimizer, scheduler, RNG) is saved under
     `checkpoints/sft-progress/` and a restarted warm start continues from it with the same next
-    step. `stop_after=N` stops after step N without publishing (a deliberate interruption)."""
+    step. `stop_after=N` stops after step N without publishing (a deliberate interruption).
+
+    With `sft.until_pass`, `probe(model)` (the greedy pass rate of the probe tasks, run on rank
+    0 every `sft.probe_every` steps) decides when the decay starts (`WarmupHoldDecay`): the warm
+    start ends past the point where the model has learnt the task format, wherever on a given
+    machine that point falls, instead of at a step count tuned on one machine."""
     if not prompts and not demos:
         raise ValueError("SFT warm start needs at least one task with a reference solution")
+    until = sft.until_pass is not None
+    if until and probe is None:
+        raise ValueError("sft.until_pass needs a probe (a single-turn source with references)")
     torch.manual_seed(seed)
     model = build_policy(policy)
     tok = tokenizer_of(model)
-    schedule = (lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps))
+    if until:
+        schedule = (lambda opt: WarmupHoldDecay(opt, sft.lr, sft.warmup_steps, sft.decay_steps))
+    else:
+        schedule = (lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps))
     engine, _ = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None, schedule)
     world, rank = eng.world_size(), eng.rank()
     if sft.batch_size < world:
@@ -141,29 +175,54 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
         _set_rng_state(rng, client["rng"])
     t0, losses = time.perf_counter(), []
     device = engine.device
-    last = sft.steps if stop_after is None else min(sft.steps, stop_after)
-    shown = Progress("sft warm start", sft.steps, "steps", start=first, enabled=rank == 0)
-    for step in shown.over(range(first, last)):
-        batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
-        mine = batch[rank::world]
-        b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
-                       policy.max_len, [d[2] for d in mine])
-        b.to(device)
-        loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
-        if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
-            full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
-                              policy.max_len, [d[2] for d in batch])
-            loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
-        engine.backward(loss)
-        engine.step()
-        losses.append(float(loss.detach()))
-        shown.set(loss=float(np.mean(losses[-20:])))  # smoothed as sft/final_loss is
-        if sft.save_every and (step + 1) % sft.save_every == 0 and step + 1 < sft.steps:
-            _save_progress(engine, progress, step + 1, rng)
-    if last < sft.steps:
-        return {"sft/stopped_at": last, "sft/resumed_from": first}
-    metrics = {"sft/steps": sft.steps, "sft/final_loss": float(np.mean(losses[-20:])) if losses else math.nan,
+    sched = engine.lr_scheduler if until else None
+    probes: list[tuple[int, float]] = []
+
+    def end() -> int:  # the step the warm start stops at
+        return sft.steps if sched is None or sched.decay_from is None else \
+            sched.decay_from + sft.decay_steps
+
+    with Progress("sft warm start", end(), "steps", start=first, enabled=rank == 0) as shown:
+        step = first
+        while step < min(end(), sft.steps if stop_after is None else stop_after):
+            batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
+            mine = batch[rank::world]
+            b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
+                           policy.max_len, [d[2] for d in mine])
+            b.to(device)
+            loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
+            if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
+                full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
+                                  policy.max_len, [d[2] for d in batch])
+                loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
+            engine.backward(loss)
+            engine.step()
+            losses.append(float(loss.detach()))
+            shown.set(loss=float(np.mean(losses[-20:])))  # smoothed as sft/final_loss is
+            step += 1
+            shown.update(step)
+            if sched is not None and sched.decay_from is None:
+                if step % sft.probe_every == 0:
+                    passed = eng.broadcast(probe(engine.module) if rank == 0 else None)
+                    probes.append((step, passed))
+                    shown.set(probe=f"{passed:.2f}")
+                    if passed >= sft.until_pass:
+                        sched.decay_from = step
+                if sched.decay_from is None and step >= sft.steps - sft.decay_steps:
+                    sched.decay_from = step  # the criterion was not met: decay within `steps`
+                shown.total = end()
+            if sft.save_every and step % sft.save_every == 0 and step < end():
+                _save_progress(engine, progress, step, rng)
+    if step < end():
+        return {"sft/stopped_at": step, "sft/resumed_from": first}
+    metrics = {"sft/steps": step, "sft/final_loss": float(np.mean(losses[-20:])) if losses else math.nan,
                "sft/seconds": time.perf_counter() - t0, "sft/examples": len(data)}
+    if sched is not None:
+        final = eng.broadcast(probe(engine.module) if rank == 0 else None)
+        met = [s for s, p in probes if p >= sft.until_pass]
+        metrics.update({"sft/probe_pass": final, "sft/decay_from": sched.decay_from,
+                        "sft/criterion_met_at": met[0] if met else math.nan,
+                        "sft/probes": len(probes)})
     if first:
         metrics["sft/resumed_from"] = first
     _publish(engine, run_dir, 0, {"version": 0, "kind": "sft", **metrics,

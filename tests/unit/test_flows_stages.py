@@ -364,3 +364,32 @@ def test_the_checkpoint_writing_stages_name_their_checkpoint_as_their_product(
     ckpt.mkdir(parents=True)
     (ckpt / "meta.json").write_text("{}")
     assert product({"cfg": run_cfg, **params})
+
+
+def test_the_warm_starts_probe_is_withheld_from_its_data_and_never_a_held_out_task():
+    cfg = load_config("configs/default.yaml")
+    assert cfg.sft.until_pass is not None  # the default run trains until its probe passes
+    tasks = [t for _, ts in stages.sft_data(cfg) for t in ts]
+    probe, rest = stages.probe_split(tasks, cfg.sft.probe_tasks)
+    again, _ = stages.probe_split(list(reversed(tasks)), cfg.sft.probe_tasks)
+    assert [t.prompt for t in probe] == [t.prompt for t in again]  # by hash, not by position
+    assert len({t.prompt for t in probe}) == len(probe) == cfg.sft.probe_tasks
+    assert not {t.prompt for t in probe} & {t.prompt for t in rest}
+    gone = {t.prompt for t in probe}
+    assert len(rest) == sum(t.prompt not in gone for t in tasks)  # every copy of a probe prompt
+    held = {t.prompt for t in stages.heldout_tasks(cfg)}
+    assert not held & {t.prompt for t in probe}
+    assert len({t.family for t in probe}) > 4  # spread over the families with references
+
+
+def test_the_summary_says_how_a_warm_start_until_a_criterion_ended():
+    from flows.report import _warm_start_line  # noqa: PLC0415
+
+    line = _warm_start_line({"sft/probe_pass": 0.84, "sft/steps": 1100, "sft/criterion_met_at": 800,
+                             "sft/decay_from": 800, "sft/probe_tasks": 64})
+    assert line == ["warm start: 1100 steps (criterion met at step 800); greedy pass of its 64 "
+                    "probe tasks at the end 0.840"]
+    assert "not met, decayed from step 1700" in _warm_start_line(
+        {"sft/probe_pass": 0.1, "sft/steps": 2000, "sft/criterion_met_at": math.nan,
+         "sft/decay_from": 1700, "sft/probe_tasks": 64})[0]
+    assert _warm_start_line({"sft/reused": True}) == []

@@ -214,3 +214,80 @@ def test_replay_pulls_the_rl_step_towards_the_reference_solutions(base, tmp_path
     with pytest.raises(ValueError, match="rl.replay_coef=1.0 needs reference solutions"):
         grpo_update(_copy(base, tmp_path, "none"), 0, _samples(), POLICY, RLConfig(replay_coef=1.0),
                     1.0, 0)
+
+
+def _lrs(sched, n):
+    out = []
+    for _ in range(n):
+        out.append(sched.get_last_lr()[0])
+        sched.optimizer.step()
+        sched.step()
+    return out
+
+
+def test_hold_decay_holds_the_peak_until_the_criterion_then_decays_to_a_tenth():
+    from training.trainer import WarmupHoldDecay  # noqa: PLC0415
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    s = WarmupHoldDecay(opt, peak=1.0, warmup=2, decay=4)
+    assert _lrs(s, 6) == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]  # no criterion yet: the peak, however long
+    s.decay_from = 6
+    assert _lrs(s, 6) == pytest.approx([1.0, 0.775, 0.55, 0.325, 0.1, 0.1])
+    again = WarmupHoldDecay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 1.0, 2, 4)
+    again.load_state_dict(s.state_dict())  # what a resumed warm start restores
+    assert again.decay_from == 6 and again.last_epoch == s.last_epoch
+
+
+def _scripted_probe(rates):
+    seen = []
+
+    def probe(model):
+        assert isinstance(model, torch.nn.Module)  # the weights being trained
+        seen.append(len(seen))
+        return rates[min(len(seen) - 1, len(rates) - 1)]
+    return probe, seen
+
+
+def test_a_warm_start_until_a_criterion_decays_from_the_first_probe_that_meets_it(tmp_path):
+    sft = SFTConfig(steps=40, batch_size=4, warmup_steps=1, until_pass=0.8, probe_every=3,
+                    decay_steps=5)
+    probe, seen = _scripted_probe([0.1, 0.5, 0.9, 0.2])
+    m = sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=probe)
+    # probes after steps 3, 6, 9 (0.9 >= 0.8: the decay starts), then 5 decay steps and a final probe
+    assert m["sft/criterion_met_at"] == 9 and m["sft/decay_from"] == 9 and m["sft/steps"] == 14
+    assert m["sft/probes"] == 3 and len(seen) == 4 and m["sft/probe_pass"] == 0.2
+    assert checkpoints.read_meta(checkpoints.checkpoint_dir(str(tmp_path / "r"), 0))["sft/steps"] == 14
+
+
+def test_a_criterion_never_met_still_ends_within_steps_with_its_decay(tmp_path):
+    sft = SFTConfig(steps=12, batch_size=4, warmup_steps=1, until_pass=1.0, probe_every=2,
+                    decay_steps=4)
+    probe, seen = _scripted_probe([0.0])
+    m = sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=probe)
+    assert m["sft/steps"] == 12 and m["sft/decay_from"] == 8 and math.isnan(m["sft/criterion_met_at"])
+    assert m["sft/probes"] == 4  # after steps 2, 4, 6, 8; none during the decay
+
+
+def test_a_warm_start_until_a_criterion_resumes_with_its_decay_point(tmp_path):
+    sft = SFTConfig(steps=40, batch_size=4, warmup_steps=1, until_pass=0.5, probe_every=2,
+                    decay_steps=6, save_every=3)
+    whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
+    sft_warm_start(whole, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=_scripted_probe([0.0, 0.6])[0])
+    stopped = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, stop_after=7,
+                             probe=_scripted_probe([0.0, 0.6])[0])
+    assert stopped["sft/stopped_at"] == 7
+    # resumed from the save after step 6: the decay point (step 4) comes back with the engine
+    # state, so no probe runs again and the warm start ends at 4 + 6 as the whole one did
+    resumed = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0,
+                             probe=_scripted_probe([0.0])[0])
+    assert resumed["sft/resumed_from"] == 6 and resumed["sft/steps"] == 10
+    a, b = _weights(whole, 0), _weights(broken, 0)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_until_pass_without_a_probe_or_with_a_decay_as_long_as_steps_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="needs a probe"):
+        sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY,
+                       SFTConfig(steps=10, until_pass=0.5, decay_steps=2), RLConfig(), 0)
+    with pytest.raises(ValueError, match="decay_steps=10 must be less than sft.steps=10"):
+        SFTConfig(steps=10, until_pass=0.5, decay_steps=10)
