@@ -134,8 +134,7 @@ class RLConfig(BaseModel):
     autocast: Literal["none", "bf16"] = Field(
         "none", description="bf16: the forward passes of the update run under torch.autocast in "
         "bfloat16 while weights, gradients and optimizer stay fp32 (rl.dtype fp32); on a CPU "
-        "with AMX 1.6x (LoRA) to 2.1x (full) the fp32 speed (docs/benchmarks.md). none: as "
-        "rl.dtype says")
+        "with AMX about twice as fast (bench/bench_real_model.py). none: as rl.dtype says")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RLConfig":
