@@ -1,9 +1,11 @@
 """The real model RL-trained (`make bench-real`): `rollforge run --config configs/smollm2.yaml`
 for each seed, then the flow's own held-out evaluation of v0 (the instruct model as shipped,
 adapters at zero) and of the last version, greedy and sampled pass@1, per family and on
-HumanEval's 164 (a source with no training split: never trained on). The evaluations of v0 and
-of the last version are the ones the run made (Prefect's cache answers them), so this adds no
-sampling. Prints the table; writes the reward curve to <out>/reward_curve.png.
+HumanEval's 164 (a source with no training split: never trained on). The last version's figures
+are the run's own (recorded with its last iteration); v0's evaluation is the one the run made,
+answered by Prefect's cache, so this adds no sampling as long as the package's code is not
+edited while it runs (the cache key holds the code's hash). Prints the table; writes the reward
+curve to <out>/reward_curve.png.
 
     .venv/bin/python bench/bench_real_rl.py [--seeds 0,1] [--out runs/bench-real]
         [--set key=value ...]   (e.g. --set iterations=2 for a short version)
@@ -108,10 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     runs, results = {}, {}
     for seed in [int(s) for s in args.seeds.split(",")]:
         run_dir = run_seed(seed, out, args.sets)
-        last = int(read_metrics(str(run_dir))["policy_version"].max())
+        final = read_metrics(str(run_dir)).iloc[-1].dropna().to_dict()  # the last evaluation
         sets = [*args.sets, f"seed={seed}"]
-        runs[seed], results[seed] = run_dir, (evaluate(run_dir, sets, 0),
-                                              evaluate(run_dir, sets, last))
+        runs[seed], results[seed] = run_dir, (evaluate(run_dir, sets, 0), final)
     print(f"\nconfigs/smollm2.yaml {' '.join('--set ' + s for s in args.sets)}".rstrip())
     print(table(results))
     reward_curve(runs, out / "reward_curve.png")
