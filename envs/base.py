@@ -156,6 +156,11 @@ class Environment:
         """Run the policy's `action` (None: the policy's context is full, end and grade now)."""
         raise NotImplementedError
 
+    def answer(self, state: Any, text: str) -> str:
+        """The action an instruct model's `text` stands for (prompts in a chat template: it
+        answers in its own format, envs/answers.py); the text itself unless the kind says."""
+        return text
+
     def action_tokens(self, default: int) -> int:
         """Longest action of one turn, in tokens (`sampling.max_new_tokens` unless the kind
         says otherwise)."""

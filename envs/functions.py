@@ -70,6 +70,11 @@ class FunctionTaskEnv(SingleTurnEnv):
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"pass": "    pass\n"}
 
+    def answer(self, state: Task, text: str) -> str:
+        from envs.answers import extract_answer  # noqa: PLC0415
+
+        return extract_answer(state.prompt, state.entry_point, text)
+
     def static(self, task: Task, answer: str):
         return check_static(task.prompt, answer)
 

@@ -45,6 +45,11 @@ class TestFileEnv(SingleTurnEnv):
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"pass": "    pass\n"} if task.entry_point else {"empty": ""}
 
+    def answer(self, state: Task, text: str) -> str:
+        from envs.answers import extract_answer  # noqa: PLC0415
+
+        return extract_answer(state.prompt if state.entry_point else "", state.entry_point, text)
+
     def static(self, task: Task, answer: str) -> StaticReport:
         prompt = task.prompt if task.entry_point else ""
         base = check_static(prompt, answer)

@@ -157,11 +157,24 @@ class RunConfig(BaseModel):
         if d["sft"].get("until_pass") is None:
             for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps"):
                 d["sft"].pop(k, None)
+        # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
+        # them worked: same hash.
+        _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",
+                                                  "lora_targets", "gradient_checkpointing"))
+        _pop_defaults(d["rl"], RLConfig, ("autocast",))
         return d
 
     def hash(self) -> str:
         """12 hex digits of `computed()`: in the stages' cache keys, on every row, in `runs`."""
         return hashlib.sha256(json.dumps(self.computed(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _pop_defaults(section: dict, model, names: tuple[str, ...]) -> None:
+    """Leave the fields `names` out of `section` while every one is at its default."""
+    defaults = model().model_dump(mode="json")
+    if all(section.get(n) == defaults[n] for n in names):
+        for n in names:
+            section.pop(n, None)
 
 
 class ConfigError(ValueError):

@@ -54,6 +54,7 @@ class Episode:
     gen_s: float = 0.0
     wall_s: float = 0.0  # worker seconds of its steps, grading included
     text: list[str] = field(default_factory=list)  # the completion's text, piece by piece
+    executed: str | None = None  # the last action as run, where it differs from its text
     final: dict | None = None  # the closing turn's info (grade, end_reason)
     backend: str = ""
     image_digest: str | None = None
@@ -77,7 +78,10 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
     batched (see the module docstring). A task whose first observation leaves no room for an
     action is refused (ValueError); after the first turn, an episode whose context has no room
     left for another action is ended and graded as it stands (`end_reason` context_full).
-    `action_tokens` is the default action budget (`sampling.max_new_tokens`)."""
+    `action_tokens` is the default action budget (`sampling.max_new_tokens`). With prompts
+    in a chat template the policy is an instruct model: each action is what its answer stands
+    for (`Environment.answer`, e.g. the code of a fenced block), and the text stays as written."""
+    instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
     eps = []
     for t, env in zip(tasks, envs):
         state, obs = env.reset(t)
@@ -103,7 +107,9 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
             gen = seconds / max(1, len(part))
             for e, s in zip(part, samples):
                 e.tokens.add_policy(s.completion_ids, s.logprobs)
-                e.actions.append(s.text)
+                action = e.env.answer(e.state, s.text) if instruct else s.text
+                e.executed = action if action != s.text else None
+                e.actions.append(action)
                 e.text.append(s.text)
                 e.gen_s += gen
         items = ([(e.env, e.state, e.actions[-1]) for e in fits]
@@ -177,6 +183,7 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
             "turn_actions": e.actions if multi else None,
             "turn_observations": e.observations if multi else None,
             "shaping_reward": shaping[i] if multi else None,
+            "answer_executed": e.executed,
         })
     return rows
 

@@ -118,7 +118,9 @@ def _demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
     if p.model_path is None:
         tok = ByteTokenizer()
     else:
-        folder, gguf = _split_gguf(p.model_path)
+        from training.pretrained import resolve  # noqa: PLC0415
+
+        folder, gguf = _split_gguf(resolve(p.model_path))
         tok = load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
     demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
     pc = env.config.procedural

@@ -14,6 +14,8 @@ readers fill columns that an older file lacks with null):
   4: solved (rewards/outcome.py: scored, every hidden test passed, no hack flag; null = not
      scored). Readers fill it for older rows from tests_passed, tests_total, hack_flags and
      infra_error.
+  5: answer_executed (the code that ran when it differs from the completion: an instruct
+     model's answer less its fences, prose and demo calls, envs/answers.py; null = as is).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
@@ -93,6 +95,10 @@ _FIELDS = [
     # -- version 4: one definition of solved ------------------------------------------------
     _f("solved", pa.bool_(), "every hidden test passed and no hack flag fired "
        "(rewards/outcome.py); null = not scored"),
+    # -- version 5: instruct answers ---------------------------------------------------------
+    _f("answer_executed", pa.string(), "what was run after the prompt when it differs from "
+       "`completion` (an instruct model's answer: its code without fences, prose or demo calls; "
+       "envs/answers.py); null = the completion ran as is"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})

@@ -30,6 +30,22 @@ class PolicyConfig(BaseModel):
     chat_template: bool = Field(
         True, description="wrap prompts in the tokenizer's chat template (one user turn plus the "
         "generation prompt) when the tokenizer has one; the byte tokenizer has none")
+    lora_rank: int = Field(
+        0, ge=0, description="rank r of LoRA adapters (Hu et al. 2021, through peft) trained "
+        "instead of the whole model; checkpoints then hold the adapter, the KL reference is the "
+        "base with the adapters disabled (no second copy), and `rollforge export` merges it. "
+        "0: full fine-tuning")
+    lora_alpha: float = Field(16.0, gt=0, description="LoRA scale: the update is B A * alpha / r")
+    lora_dropout: float = Field(
+        0.0, ge=0, lt=1, description="dropout on the LoRA input; 0 keeps the update's "
+        "importance ratio exactly 1 on-policy (dropout would make it noise)")
+    lora_targets: list[str] = Field(
+        default_factory=lambda: ["all-linear"], min_length=1,
+        description="module names the adapters wrap (e.g. q_proj, v_proj); ['all-linear']: "
+        "every linear layer but the output head (QLoRA's choice, Dettmers et al. 2023)")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute each block's activations in the backward pass instead of "
+        "keeping them (less memory, about a third more compute); Hugging Face models only")
 
 
 class SamplingConfig(BaseModel):
@@ -136,12 +152,19 @@ class RLConfig(BaseModel):
         "its mean (Dr.GRPO, Liu et al. 2025). rloo has its own baseline and takes True only")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
+    autocast: Literal["none", "bf16"] = Field(
+        "none", description="bf16: the forward passes of the update run under torch.autocast in "
+        "bfloat16 while weights, gradients and optimizer stay fp32 (rl.dtype fp32); on a CPU "
+        "with AMX about twice as fast (bench/bench_real_model.py). none: as rl.dtype says")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RLConfig":
         if self.dual_clip is not None and self.algorithm != "ppo":
             raise ValueError(f"rl.dual_clip={self.dual_clip} applies to rl.algorithm='ppo' only "
                              f"(got algorithm={self.algorithm!r})")
+        if self.autocast == "bf16" and self.dtype == "bf16":
+            raise ValueError("rl.autocast='bf16' autocasts an fp32 model; with rl.dtype='bf16' "
+                             "the model is bf16 already: set one of them")
         if not self.scale_advantages and self.algorithm == "rloo":
             raise ValueError("rl.scale_advantages=False (Dr.GRPO) applies to rl.algorithm 'grpo' "
                              "or 'ppo'; 'rloo' uses its leave-one-out baseline, never scaled")

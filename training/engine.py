@@ -112,7 +112,9 @@ def make_engine(model: torch.nn.Module, cfg: RLConfig, lr: float, micro_batch_si
     setup_distributed()
     import deepspeed
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    # Only what trains gets optimizer state (a LoRA policy: the adapters, not the base).
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=lr_scheduler,
                                            config=ds_config(cfg, micro_batch_size, grad_accum))
@@ -147,8 +149,15 @@ def full_state_dict(engine) -> dict | None:
 
 
 def save_state(engine, folder: str, tag: str, client_state: dict | None = None) -> None:
-    """Model, optimizer, scheduler (and `client_state`, e.g. RNG) through DeepSpeed: collective."""
-    engine.save_checkpoint(folder, tag=tag, client_state=client_state or {})
+    """Model, optimizer, scheduler (and `client_state`, e.g. RNG) through DeepSpeed: collective.
+    Frozen weights (a LoRA policy's base) are left out: they never change and reload from the
+    base model."""
+    engine.save_checkpoint(folder, tag=tag, client_state=client_state or {},
+                           exclude_frozen_parameters=_has_frozen(engine))
+
+
+def _has_frozen(engine) -> bool:
+    return any(not p.requires_grad for p in engine.module.parameters())
 
 
 def load_state(engine, folder: str, tag: str | None, optimizer: bool = True,
@@ -156,7 +165,8 @@ def load_state(engine, folder: str, tag: str | None, optimizer: bool = True,
     """Restore what `save_state` wrote; returns its client state."""
     path, client = engine.load_checkpoint(folder, tag=tag, load_optimizer_states=optimizer,
                                           load_lr_scheduler_states=scheduler,
-                                          load_module_only=False)
+                                          load_module_only=False,
+                                          load_module_strict=not _has_frozen(engine))
     if path is None:
         raise FileNotFoundError(f"no DeepSpeed checkpoint (tag {tag!r}) under {folder}")
     return client or {}

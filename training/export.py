@@ -1,6 +1,7 @@
 """A checkpoint version as a plain Hugging Face model directory: `config.json`, safetensors
 weights, a tokenizer `AutoTokenizer` loads (the byte tokenizer becomes an equivalent
-`PreTrainedTokenizerFast`), and `rollforge_export.json` saying where it came from."""
+`PreTrainedTokenizerFast`), and `rollforge_export.json` saying where it came from. A LoRA
+checkpoint is exported with its adapter merged into the base model's weights."""
 from __future__ import annotations
 
 import json
@@ -50,6 +51,7 @@ def export_checkpoint(run_dir: str, version: str | int, out_dir: str, from_engin
     """Write version `version` of `run_dir` to `out_dir` (replaced atomically when `overwrite`)."""
     from transformers import AutoModelForCausalLM
 
+    from training.lora import is_lora, merged
     from training.policy import load_policy
     from training.tokenizer import byte_tokenizer_hf
 
@@ -60,6 +62,12 @@ def export_checkpoint(run_dir: str, version: str | int, out_dir: str, from_engin
         raise FileExistsError(f"{out} exists and is not empty (pass overwrite to replace it)")
     model = load_policy(str(src / "model"))
     tok = model.rollforge_tokenizer
+    lora = is_lora(model)
+    if lora:  # the checkpoint holds an adapter: fold it into the base's weights
+        if from_engine:
+            raise ValueError(f"version {v} of {run_dir} is a LoRA adapter: its model/ folder "
+                             "holds the trained adapter already; export it without --from-engine")
+        model = merged(model)
     if from_engine:
         weights = _engine_weights(src / "engine")
         fresh = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
@@ -81,6 +89,7 @@ def export_checkpoint(run_dir: str, version: str | int, out_dir: str, from_engin
     meta = checkpoints.read_meta(src)
     (tmp / "rollforge_export.json").write_text(json.dumps({
         "run_dir": str(Path(run_dir).resolve()), "version": v, "kind": meta.get("kind"),
-        "weights": "engine (fp32 master, consolidated)" if from_engine else "model/",
+        "weights": ("engine (fp32 master, consolidated)" if from_engine
+                    else "model/ (LoRA adapter merged into its base)" if lora else "model/"),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", "")}, indent=2))
     return checkpoints.swap_in(tmp, out)

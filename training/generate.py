@@ -72,6 +72,16 @@ def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
     return text[:min(cuts)] if cuts else text
 
 
+def _keeps_logits(model) -> bool:
+    """Whether to ask `model` for the last position's logits only: a vocabulary past the byte
+    tokenizer's, on a model whose forward takes `logits_to_keep`."""
+    import inspect  # noqa: PLC0415
+
+    base = getattr(model, "get_base_model", lambda: model)()
+    big = getattr(getattr(base, "config", None), "vocab_size", 0) > 1024
+    return big and "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
 def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, generator,
                   use_cache, tok, stop=()) -> list[Sample]:
     device = next(model.parameters()).device
@@ -84,16 +94,22 @@ def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy,
     stopped = [False] * B
     banned = tok.banned_ids
     past, inp, steps = None, ids, 0
+    # Only the last position's logits are drawn from. With a real vocabulary (49k for SmolLM2)
+    # the output head over every prompt position is most of the prefill's work, so ask the
+    # model for the last one (as `generate` does). The byte default (259 ids) computes them all
+    # as it always has, keeping its samples bit for bit.
+    last = {"logits_to_keep": 1} if _keeps_logits(model) else {}
     for t in range(max_new_tokens):
         if use_cache:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, -inp.shape[1]:]
             res = model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=past,
-                        use_cache=True)
+                        use_cache=True, **last)
             past = res.past_key_values
         else:
             full = torch.cat([ids, new_tokens[:, :t]], dim=1)
             pos = (mask.cumsum(-1) - 1).clamp(min=0)
-            res = model(input_ids=full, attention_mask=mask, position_ids=pos, use_cache=False)
+            res = model(input_ids=full, attention_mask=mask, position_ids=pos, use_cache=False,
+                        **last)
         logits = res.logits[:, -1].float() / temperature  # [B, V]
         logits[:, banned] = float("-inf")
         logp_all = logits.log_softmax(-1)

@@ -31,7 +31,15 @@ def _split_gguf(path: str) -> tuple[str, str | None]:
 def build_policy(cfg: PolicyConfig) -> PreTrainedModel:
     """A fresh byte-level GPT-2 from the config, or the local model at `cfg.model_path`."""
     if cfg.model_path:
-        return load_pretrained(cfg.model_path, cfg.chat_template)
+        model = load_pretrained(cfg.model_path, cfg.chat_template)
+        if cfg.lora_rank:
+            from training.lora import apply_lora  # noqa: PLC0415
+
+            model = apply_lora(model, cfg)
+        return model
+    if cfg.lora_rank:
+        raise ValueError(f"policy.lora_rank={cfg.lora_rank} adapts a pretrained model; the tiny "
+                         "default (policy.model_path unset) is trained whole")
     if cfg.n_embd % cfg.n_head:
         raise ValueError(f"policy.n_embd={cfg.n_embd} must be divisible by policy.n_head={cfg.n_head}")
     tok = ByteTokenizer()
@@ -48,10 +56,15 @@ def build_policy(cfg: PolicyConfig) -> PreTrainedModel:
 
 def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedModel:
     """Any local causal LM: a Hugging Face directory, or a .gguf file (dequantised by
-    transformers into a float model). Nothing is downloaded."""
+    transformers into a float model), or a known short name (training/pretrained.py: its
+    converted Hugging Face folder, converted on first use). Nothing is downloaded."""
+    from training.pretrained import KNOWN, resolve  # noqa: PLC0415
+
+    model_path = resolve(model_path)
     if not Path(model_path).exists():
         raise FileNotFoundError(f"policy.model_path={model_path!r} does not exist (expected a local "
-                                "Hugging Face model directory or a .gguf file)")
+                                "Hugging Face model directory, a .gguf file, or a known model: "
+                                f"{', '.join(sorted(KNOWN))})")
     folder, gguf = _split_gguf(model_path)
     kwargs = {"gguf_file": gguf} if gguf else {}
     if gguf:
@@ -71,13 +84,23 @@ def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedMo
 
 
 def load_policy(path: str) -> PreTrainedModel:
-    """A policy saved by `save_policy` (a checkpoint's `model/` folder)."""
+    """A policy saved by `save_policy` (a checkpoint's `model/` folder; a LoRA adapter is
+    loaded onto its base)."""
+    from training.lora import is_adapter_dir, load_adapter_policy  # noqa: PLC0415
+
+    if is_adapter_dir(path):
+        return load_adapter_policy(path)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     setattr(model, TOKENIZER_ATTR, load_tokenizer(path))
     return model
 
 
 def save_policy(model: PreTrainedModel, path: str, state_dict: dict | None = None) -> None:
-    """A plain Hugging Face model directory plus the policy's tokenizer."""
+    """A plain Hugging Face model directory plus the policy's tokenizer (a LoRA policy: the
+    adapter alone, and which base it adapts)."""
+    from training.lora import is_lora, save_base_record  # noqa: PLC0415
+
     model.save_pretrained(path, safe_serialization=True, state_dict=state_dict)
     save_tokenizer(tokenizer_of(model), path)
+    if is_lora(model):
+        save_base_record(model, path)

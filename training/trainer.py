@@ -23,6 +23,7 @@ from training import engine as eng
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
 from training.episodes import policy_token_units
+from training.lora import ADAPTERS_OFF, autocast, prepare_for_training, reference_view
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import loss_units, plan_update
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
@@ -151,7 +152,7 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if until and probe is None:
         raise ValueError("sft.until_pass needs a probe (a single-turn source with references)")
     torch.manual_seed(seed)
-    model = build_policy(policy)
+    model = prepare_for_training(build_policy(policy), policy)
     tok = tokenizer_of(model)
     if until:
         schedule = (lambda opt: WarmupHoldDecay(opt, sft.lr, sft.warmup_steps, sft.decay_steps))
@@ -190,7 +191,8 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
             b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
                            policy.max_len, [d[2] for d in mine])
             b.to(device)
-            loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
+            with autocast(rl.autocast, device):
+                loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
             if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
                 full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
                                   policy.max_len, [d[2] for d in batch])
@@ -319,7 +321,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     samples = _with_advantages(samples, rl)
     counted = [s for s in samples if s.completion_ids]  # an empty completion has no token to train
     live = [s for s in counted if _moves(s, rl)]
-    model = load_policy(str(src / "model"))
+    model = prepare_for_training(load_policy(str(src / "model")), policy)
     tok = tokenizer_of(model)
     orders, order = [], list(range(len(live)))
     rng = random.Random(seed + version)
@@ -336,7 +338,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     if rl.lr_schedule == "constant":
         for group in engine.optimizer.param_groups:
             group["lr"] = rl.lr
-    reference = _reference(run_dir, rl, engine.device)
+    reference = _reference(run_dir, rl, engine.device, policy)
     loss_fn = LOSSES[rl.algorithm]
     extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
     t0, n_tokens = time.perf_counter(), 0
@@ -351,7 +353,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
                            tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
             b.to(engine.device)
-            logp = token_logprobs(engine, b, temperature, tok.banned_ids)
+            with autocast(rl.autocast, engine.device):
+                logp = token_logprobs(engine, b, temperature, tok.banned_ids)
             old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
             if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
                 adv = _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
@@ -361,8 +364,10 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             loss, info = loss_fn(logp, old, adv.to(logp.device), b.loss_mask, rl.clip_eps,
                                  rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra)
             if reference is not None:
-                with torch.no_grad():
-                    ref_logp = token_logprobs(reference, b, temperature, tok.banned_ids)
+                with torch.no_grad(), reference_view(engine, reference), \
+                        autocast(rl.autocast, engine.device):
+                    ref_logp = token_logprobs(engine if reference == ADAPTERS_OFF else reference,
+                                              b, temperature, tok.banned_ids)
                 kl, kinfo = kl_penalty(logp, ref_logp, b.loss_mask, rl.kl_estimator,
                                        rl.loss_aggregation, policy.max_len)
                 loss = loss + rl.kl_coef * kl
@@ -373,7 +378,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                 rb = make_batch([d[0] for d in pick], [d[1] for d in pick], tok.pad_token_id,
                                 policy.max_len)
                 rb.to(engine.device)
-                nll = sft_loss(token_logprobs(engine, rb), rb.loss_mask)
+                with autocast(rl.autocast, engine.device):
+                    nll = sft_loss(token_logprobs(engine, rb), rb.loss_mask)
                 loss = loss + rl.replay_coef * nll
                 stats["replay_nll"].append(float(nll.detach()))
             engine.backward(loss * mb.weight)
@@ -407,10 +413,15 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     return {**metrics, **extra_metrics}
 
 
-def _reference(run_dir: str, rl: RLConfig, device) -> torch.nn.Module | None:
-    """The frozen reference policy for the KL penalty: version 0 (the SFT start)."""
+def _reference(run_dir: str, rl: RLConfig, device,
+               policy: PolicyConfig | None = None) -> torch.nn.Module | str | None:
+    """The frozen reference policy for the KL penalty: version 0 (the SFT start); with LoRA
+    the base model, i.e. the policy itself with its adapters disabled (ADAPTERS_OFF), so no
+    second copy is loaded (the SFT start when the warm start did not train the adapter)."""
     if rl.kl_coef == 0.0:
         return None
+    if policy is not None and policy.lora_rank:
+        return ADAPTERS_OFF
     path = checkpoints.checkpoint_dir(run_dir, 0) / "model"
     if not path.is_dir():
         raise FileNotFoundError(f"rl.kl_coef={rl.kl_coef} needs the reference policy at {path} "

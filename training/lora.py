@@ -1,0 +1,116 @@
+"""LoRA adapters (Hu et al. 2021, through peft) as a policy option, and what a policy needs to
+train well on a small machine: gradient checkpointing, and the KL reference read from the same
+weights with the adapters switched off (no second copy of the model in memory).
+
+A LoRA checkpoint's `model/` folder holds the adapter (adapter_config.json, adapter weights), the
+tokenizer, and `rollforge_base.json` naming the base model as the config gave it (a short name
+such as `smollm2-135m-instruct` or a path), so it reloads on another machine whose cache holds
+the base elsewhere. `rollforge export` merges the adapter into a plain Hugging Face directory.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+BASE_FILE = "rollforge_base.json"
+BASE_ATTR = "rollforge_base"  # the base model's `policy.model_path`, carried on the policy
+ADAPTERS_OFF = "adapters-off"  # the KL reference: the policy itself, adapters disabled
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    return (Path(path) / "adapter_config.json").is_file()
+
+
+def is_lora(model) -> bool:
+    from peft import PeftModel  # noqa: PLC0415
+
+    return isinstance(getattr(model, "module", model), PeftModel)
+
+
+def apply_lora(model, cfg):
+    """`model` with fresh LoRA adapters (B = 0, so the policy starts equal to its base) on
+    `cfg.lora_targets`; only the adapters train."""
+    from peft import LoraConfig, get_peft_model  # noqa: PLC0415
+
+    from training.policy import TOKENIZER_ATTR  # noqa: PLC0415
+
+    targets = cfg.lora_targets
+    lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules="all-linear" if targets == ["all-linear"] else list(targets),
+                      bias="none", task_type="CAUSAL_LM")
+    tok = getattr(model, TOKENIZER_ATTR)
+    peft_model = get_peft_model(model, lcfg)
+    setattr(peft_model, TOKENIZER_ATTR, tok)
+    setattr(peft_model, BASE_ATTR, cfg.model_path)
+    return peft_model
+
+
+def save_base_record(model, path: str) -> None:
+    """Next to a saved adapter: which base it adapts (as the config named it)."""
+    (Path(path) / BASE_FILE).write_text(json.dumps({"model_path": getattr(model, BASE_ATTR, None)}))
+
+
+def load_adapter_policy(path: str):
+    """A LoRA checkpoint's `model/`: its base (resolved from `rollforge_base.json`) with the
+    saved adapter, trainable."""
+    from peft import PeftModel  # noqa: PLC0415
+
+    from training.policy import TOKENIZER_ATTR, load_pretrained  # noqa: PLC0415
+    from training.tokenizer import load_tokenizer  # noqa: PLC0415
+
+    record = Path(path) / BASE_FILE
+    base_path = json.loads(record.read_text()).get("model_path") if record.is_file() else None
+    if not base_path:
+        raise FileNotFoundError(f"{path} holds a LoRA adapter but no {BASE_FILE} naming its base "
+                                "model")
+    tok = load_tokenizer(path)
+    base = load_pretrained(base_path, tok.use_chat_template if tok.kind == "hf" else True)
+    model = PeftModel.from_pretrained(base, path, is_trainable=True)
+    setattr(model, TOKENIZER_ATTR, tok)
+    setattr(model, BASE_ATTR, base_path)
+    return model
+
+
+def merged(model):
+    """A plain Hugging Face model with the adapter folded into its weights (W + B A * alpha/r)."""
+    from training.policy import TOKENIZER_ATTR  # noqa: PLC0415
+
+    tok = getattr(model, TOKENIZER_ATTR, None)
+    plain = model.merge_and_unload()
+    if tok is not None:
+        setattr(plain, TOKENIZER_ATTR, tok)
+    return plain
+
+
+def prepare_for_training(model, cfg):
+    """Gradient checkpointing when asked: activations of each block are recomputed in the
+    backward pass instead of kept, trading about a third more compute for memory that grows
+    with the layers' count no more. Non-reentrant, so frozen inputs (LoRA) still get grads."""
+    if cfg.gradient_checkpointing:
+        base = model.get_base_model() if is_lora(model) else model
+        kwargs = {"use_reentrant": False}
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.2's name
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        base.config.use_cache = False
+    return model
+
+
+def reference_view(engine, reference):
+    """A context under which `reference` (the module, or the engine for ADAPTERS_OFF) computes
+    the KL reference's log-probs."""
+    if reference is ADAPTERS_OFF or reference == ADAPTERS_OFF:
+        return engine.module.disable_adapter()
+    return nullcontext()
+
+
+def autocast(dtype: str, device) -> object:
+    """bf16 autocast of the forward (weights and optimizer stay fp32): `rl.autocast`."""
+    if dtype == "none":
+        return nullcontext()
+    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+    return torch.autocast(kind, dtype=torch.bfloat16)
