@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from envs.repo.diffs import make_diff
-from envs.repo.grading import is_test_path, judge_names, run_tests
+from envs.repo.grading import covers, is_test_path, judge_names, prefixes, run_tests
 from envs.repo.mutate import Mutant, mutants
 from envs.sources import split_of
 from sandbox.base import Limits, Sandbox
@@ -133,6 +133,8 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
                         opts)
         if got is not None:
             kept.append((m, *got))
+        if tried % 25 == 0:
+            progress(f"{spec}: {tried} mutants tried, {len(kept)} kept")
     progress(f"{spec}: {len(kept)} of {tried} mutants kept")
     tasks = [_task(spec, sha, tree, {m.path: m.source.encode()}, [m], f2p, p2p, msgs, nc, opts)
              for m, f2p, p2p, msgs, nc in kept]
@@ -175,21 +177,21 @@ def _validate(tree, bug, stable, universe, sandbox, limits, opts):
 
 
 def compress(p2p: list[str], f2p: list[str], universe: set[str]) -> list[str]:
-    """PASS_TO_PASS names, a parametrized function's cases as the function's id where every
-    case of it that pytest collects is in `p2p` or is a FAIL_TO_PASS case (the grader runs the
-    function and credits it by its cases that are not FAIL_TO_PASS): a far shorter record."""
-    by_base: dict[str, list[str]] = {}
-    for t in p2p:
-        by_base.setdefault(t.split("[")[0], []).append(t)
-    out = []
-    for base, cases in by_base.items():
-        every = [u for u in universe if u.startswith(base + "[")]
-        if len(cases) > 1 and all(c.startswith(base + "[") for c in cases) and set(every) <= (
-                set(cases) | set(f2p)):
-            out.append(base)
-        else:
-            out += cases
-    return sorted(out)
+    """PASS_TO_PASS names, shortened: a test file, a class or a parametrized function stands
+    for its node ids where every node under it that pytest collects is in `p2p` or is a
+    FAIL_TO_PASS test (the grader runs it and credits it by its nodes that are not
+    FAIL_TO_PASS; envs/repo/grading.py outcome_of). Coarsest first: a far shorter record."""
+    allowed = set(p2p) | set(f2p)
+    left = set(p2p)
+    out: list[str] = []
+    for level in range(8):
+        cands = sorted({pre[level] for t in left if len(pre := prefixes(t)) > level})
+        for c in cands:
+            mine = {t for t in left if covers(c, t)}
+            if len(mine) > 1 and all(u in allowed for u in universe if covers(c, u)):
+                out.append(c)
+                left -= mine
+    return sorted(out + sorted(left))
 
 
 def _task(spec, sha, tree, bug, muts, f2p, p2p, msgs, n_collected, opts) -> Task:

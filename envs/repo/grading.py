@@ -239,13 +239,27 @@ def static_flags(buggy: dict[str, bytes], changed: dict[str, bytes]) -> tuple[st
 _RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4, "missing": 5}
 
 
+def prefixes(nodeid: str) -> list[str]:
+    """The names that can stand for a node, coarsest first: its file, its classes, and its
+    function when it is a parametrized case."""
+    parts = nodeid.split("::")
+    out = ["::".join(parts[:i]) for i in range(1, len(parts))]
+    if "[" in parts[-1]:
+        out.append(nodeid.split("[")[0])
+    return out
+
+
+def covers(name: str, nodeid: str) -> bool:
+    return nodeid == name or nodeid.startswith(name + "::") or nodeid.startswith(name + "[")
+
+
 def outcome_of(name: str, outcomes: dict[str, str], exact: frozenset[str]) -> str:
-    """A named test's outcome: a node id's own, or for a function's id (a PASS_TO_PASS name
-    standing for all its parametrized cases) the worst of its cases that are not named
-    themselves; `missing` when nothing of it ran."""
+    """A named test's outcome: a node id's own, or for a file's, class's or function's name (a
+    PASS_TO_PASS name standing for the nodes under it) the worst of its nodes that are not
+    named themselves; `missing` when nothing of it ran."""
     if name in outcomes:
         return outcomes[name]
-    cases = [o for k, o in outcomes.items() if k.startswith(name + "[") and k not in exact]
+    cases = [o for k, o in outcomes.items() if covers(name, k) and k not in exact]
     return max(cases, key=_RANK.__getitem__) if cases else "missing"
 
 
@@ -256,7 +270,7 @@ def judge_names(run: TestRun, names: tuple[str, ...], f2p: frozenset[str],
     flags: list[str] = []
     want = n_collected if n_collected is not None else len(names)
     if run.outcomes and not run.collect_errors and (
-            len(run.collected) != want or any(not (k in names or k.split("[")[0] in names)
+            len(run.collected) != want or any(not any(covers(n, k) for n in names)
                                               for k in run.collected)):
         flags.append("collection_mismatch")
     out = []

@@ -59,34 +59,36 @@ def test_gold_resolves_and_noop_does_not(env, task, ctx):
     assert failed == set(task.payload["fail_to_pass"])
 
 
-def test_scripted_agent_resolves_through_the_actions_and_one_turn_does_not(env, task, ctx):
-    from envs.repo.diffs import apply_diff
+def test_scripted_agent_resolves_through_the_episode_loop_and_one_turn_does_not(task, ctx):
+    from envs.repo.scripted import scripted_turn
+    from flows.episode_exec import step_local
+    from flows.episodes import play
+    from rewards.aggregate import RewardConfig
+    from sandbox.config import SandboxConfig
+    from training.generate import Sample
+    from training.tokenizer import ByteTokenizer
 
-    tree, bug = env.trees(task)
-    path = task.payload["files"][0]
-    fixed = apply_diff(apply_overlay(tree, bug), task.reference)[path].decode()
-    buggy = apply_overlay(tree, bug)[path].decode()
-    bad = next(i for i, (a, b) in enumerate(zip(buggy.splitlines(), fixed.splitlines())) if a != b)
-    old, new = buggy.splitlines()[bad], fixed.splitlines()[bad]
-    failing = shlex.quote(task.payload["fail_to_pass"][0])
-    turns = [f'<run>pytest {failing}</run><read path="{path}" start="{bad - 1}" end="{bad + 3}"/>',
-             f'<edit path="{path}">\n<<<<<<< SEARCH\n{old}\n=======\n{new}\n>>>>>>> REPLACE\n'
-             f'</edit><run>pytest {failing}</run><submit/>']
-    state, obs = env.reset(task)
-    assert "FAILED" in obs
-    seen = []
-    for text in turns:
-        r = env.step(state, text, ctx)
-        state = r.state
-        seen.append(r.observation)
-        if r.done:
-            break
-    assert "failed" in seen[0] and old.strip() in seen[0]
-    assert r.done and r.info["end_reason"] == "submit" and r.info["grade"].solved
-    one = make_env("repo", {"repos": ["inflection"], "max_turns": 1})
-    s1, _ = one.reset(task)
-    r1 = one.step(s1, turns[0], ctx)  # reads but never edits: graded at its only turn
-    assert r1.done and r1.info["end_reason"] == "max_turns" and not r1.info["grade"].solved
+    tok = ByteTokenizer()
+
+    def sample(turn, contexts, episodes, _n, _k):
+        out = []
+        for c, e in zip(contexts, episodes):
+            text = scripted_turn(e.task, turn)
+            ids = tok.encode(text, bos=False) + [tok.eos_token_id]
+            out.append(Sample(list(c), ids, [0.0] * len(ids), text, True))
+        return out, 0.0
+
+    scfg = SandboxConfig(timeout_s=30, memory_mb=1024)
+    results = {}
+    for turns in (2, 1):
+        env = make_env("repo", {"repos": ["inflection"], "max_turns": turns})
+        eps = play([task], [env], 1, 1 << 15, tok, 512, sample,
+                   lambda turn, items: step_local(items, scfg, RewardConfig()))
+        results[turns] = eps[0]
+    two, one = results[2], results[1]
+    assert two.final["end_reason"] == "submit" and two.grade.solved
+    assert "FAILED" in two.observations[0]  # it saw the failing test before it edited
+    assert one.final["end_reason"] == "max_turns" and not one.grade.solved
 
 
 def _hacks(path, src, test_file):
@@ -140,3 +142,22 @@ def test_every_hack_gets_no_credit_and_a_flag(env, task, ctx):
     assert set(results) == set(expected)
     for name, (reward, solved, flags) in results.items():
         assert not solved and reward <= 0 and expected[name] in flags, (name, reward, flags)
+
+
+@pytest.mark.docker
+def test_gold_resolves_and_noop_does_not_on_the_docker_backend(env, task):
+    from sandbox.docker_container import engine_unavailable
+
+    why = engine_unavailable()
+    if why:
+        pytest.skip(why)
+    from envs.repo.sandboxes import layer_sandbox
+
+    dctx = StepContext(layer_sandbox("docker"), Limits(timeout_s=30, memory_mb=1024),
+                       RewardConfig())
+    gold, _ = env.grade(task, task.reference, dctx)
+    assert gold.solved and not gold.hack_flags
+    noop, _ = env.grade(task, "", dctx)
+    assert not noop.solved
+    skip_all = _grade(env, task, dctx, _hacks(*_src(env, task), "x")["monkeypatch_pytest"])
+    assert skip_all.reward <= 0 and "pytest_tampering" in skip_all.hack_flags

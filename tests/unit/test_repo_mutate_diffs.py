@@ -77,3 +77,17 @@ def test_static_flags_count_only_what_the_candidate_added():
     got = static_flags(buggy, {"m.py": b"import sys\nx = sys.modules\n"
                                        b"t = open('test_inflection.py').read()\n"})
     assert "reads_tests" in got
+
+
+def test_pass_to_pass_names_shorten_only_where_every_collected_node_is_graded():
+    from envs.repo.build import compress
+    from envs.repo.grading import outcome_of
+
+    universe = {"f.py::a", "f.py::b[1]", "f.py::b[2]", "g.py::C::x", "g.py::C::y", "g.py::z",
+                "g.py::flaky"}
+    p2p = ["f.py::a", "f.py::b[1]", "g.py::C::x", "g.py::C::y", "g.py::z"]
+    names = compress(p2p, ["f.py::b[2]"], universe)
+    assert names == ["f.py", "g.py::C", "g.py::z"]  # g.py holds a test that is not graded
+    ran = {"f.py::a": "passed", "f.py::b[1]": "passed", "f.py::b[2]": "failed"}
+    assert outcome_of("f.py", ran, frozenset({"f.py::b[2]"})) == "passed"  # F2P counted apart
+    assert outcome_of("g.py::C", ran, frozenset()) == "missing"
