@@ -54,8 +54,8 @@ class RepoOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    file: str = Field(DEFAULT_FILE, description="the instances' task file (rollforge tasks "
-                      "build-repo writes it; default: the built-in one)")
+    file: str | None = Field(None, description="the instances' task file (rollforge tasks "
+                             "build-repo writes it); null: the built-in envs/repo/instances.jsonl")
     repos: list[str] | None = Field(None, description="only these packages (names)")
     max_turns: int = Field(8, ge=1, description="policy turns per episode; at the last one "
                            "the workspace is graded whatever the policy did")
@@ -78,8 +78,8 @@ class RepoPayload(BaseModel):
     operators: list[str]
     sites: list[str]
     fail_to_pass: list[str] = Field(min_length=1)
-    pass_to_pass: list[str] = Field(description="node ids, or a parametrized function's id "
-                                    "for all its cases that are not FAIL_TO_PASS")
+    pass_to_pass: list[str] = Field(description="node ids, or a file's, class's or function's "
+                                    "name for every node under it that is not FAIL_TO_PASS")
     n_collected: int = Field(ge=1, description="nodes pytest collects for the graded names")
 
 
@@ -144,7 +144,7 @@ class RepoEnv(Environment):
     def generate(self) -> list[Task]:
         from tasks.files import load_tasks  # noqa: PLC0415
 
-        tasks = load_tasks(self.config.file, validate=self.validate)
+        tasks = load_tasks(self.config.file or DEFAULT_FILE, validate=self.validate)
         if self.config.repos is not None:
             tasks = [t for t in tasks if t.family in self.config.repos]
         return tasks
