@@ -49,7 +49,7 @@ _HEX = re.compile(r"0x[0-9a-fA-F]+")
 # Flags after which no test's outcome can be trusted: every one counts as failed.
 UNTRUSTED = {"forged_report", "collection_mismatch", "exit_code_mismatch", "tests_modified",
              "pytest_tampering", "builtins_tampering", "early_exit", "skipped_test",
-             "collection_error", "timeout_evasion", "exit_called"}
+             "collection_error", "timeout_evasion", "exit_called", "shadow_module"}
 # What the candidate's added code may not mention: the tests, the grader's files and cache.
 _TEST_WORDS = ("test_", "/tests", "tests/", "conftest", "junit", ".xml", "rollforge",
                ".summary-", "pytest")
@@ -296,6 +296,10 @@ def grade_candidate(pristine: dict[str, bytes], bug: dict[str, bytes],
             continue
         if is_test_path(path) or path in (CONFTEST, INI):
             flags.append("tests_modified")  # the hidden tests are restored: the change is dropped
+        elif "/" not in path and path not in buggy:
+            # a new module at the root lands on sys.path once pytest imports the root conftest
+            # and would shadow a standard module (json.py, re.py) for the grader's own imports
+            flags.append("shadow_module")
         else:
             kept[path] = data
     flags += static_flags(buggy, {k: v for k, v in kept.items() if v is not None})
