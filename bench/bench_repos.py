@@ -7,7 +7,8 @@
    same tmpfs the sandbox uses), p50 and p90 over the tasks (target: reset p50 <= 50 ms);
 2. grading one instance (its gold patch: F2P and P2P through the sandbox, the grader's plugin
    and both reports) against bare pytest on the same node ids in a copy of the buggy-then-fixed
-   tree, no sandbox, no plugin (target: <= 1.5x);
+   tree with the grader's pytest.ini (the repository's own config would add its doctests),
+   no sandbox, no plugin (target: <= 1.5x);
 3. instances built per minute by `build_repo` (the three suite runs included) on inflection.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ def main() -> int:
     from envs.registry import make_env
     from envs.repo.build import BuildOptions, build_repo
     from envs.repo.diffs import apply_diff
-    from envs.repo.grading import apply_overlay
+    from envs.repo.grading import INI, INI_SOURCE, apply_overlay
     from envs.repo.sandboxes import layer_sandbox
     from envs.repo.source import layer_python, tree_dir
     from rewards.aggregate import RewardConfig
@@ -86,10 +87,11 @@ def main() -> int:
             p = Path(d, k)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(v)
+        Path(d, INI).write_text(INI_SOURCE)  # the grader's collection rules, not the repo's
         ids = t.payload["fail_to_pass"] + t.payload["pass_to_pass"]
         t0 = time.perf_counter()
-        subprocess.run([py, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider", *ids],
-                       cwd=d, capture_output=True, check=False)
+        subprocess.run([py, "-I", "-B", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c",
+                        INI, "--rootdir=.", *ids], cwd=d, capture_output=True, check=False)
         bares.append(time.perf_counter() - t0)
         shutil.rmtree(d)
     print(f"\n{'':28}{'p50 ms':>10}{'mean ms':>10}")
