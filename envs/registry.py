@@ -31,6 +31,7 @@ BUILTIN: dict[str, str] = {
     "agent": "envs.agent:AgentEnv",
     "ops": "envs.ops:OpsEnv",
     "logic": "envs.logic:LogicEnv",
+    "repo": "envs.repo:RepoEnv",
 }
 
 

@@ -69,6 +69,16 @@ def register(subparsers) -> None:
     ck.add_argument("--workers", type=int, default=2, help="sandbox runs in parallel")
     ck.add_argument("--backend", default=None, help="sandbox backend (default: process)")
     ck.set_defaults(func=_check)
+    br = sub.add_parser("build-repo", help="synthesize bug-fix instances from a PyPI package's "
+                        "sdist into the repo task file (envs/repo/build.py)")
+    br.add_argument("spec", metavar="NAME==VERSION")
+    br.add_argument("--out", default=None, help="task file (default: envs/repo/instances.jsonl)")
+    br.add_argument("--max", type=int, default=60, dest="max_instances",
+                    help="single-file instances at most")
+    br.add_argument("--max-tries", type=int, default=400, help="mutants tried at most")
+    br.add_argument("--pairs", type=int, default=10, help="two-file instances at most")
+    br.add_argument("--runs", type=int, default=3, help="whole-suite runs for stable tests")
+    br.set_defaults(func=_build_repo)
 
 
 _OPTION_FLAGS = ("families", "difficulties", "tasks_per_family", "n_tests", "seed",
@@ -84,7 +94,7 @@ def _source(args):
     from envs.sources import SourceConfig
     from flows.cli import UsageError
 
-    kind = "io" if args.kind == "procedural" else args.kind
+    kind = {"procedural": "io", "repos": "repo"}.get(args.kind, args.kind)
     if args.file:
         return SourceConfig(file=args.file, kind=None if args.kind in ("io", "procedural") else kind)
     try:
@@ -227,3 +237,28 @@ def _check(args) -> int:
     print(f"{len(tasks)} tasks: {ok} ok, {failed} with problems, {len(dups)} duplicates, "
           f"{len(leaks)} split leaks" + (" (no sandbox runs)" if args.no_exec else ""))
     return 1 if failed or dups or leaks else 0
+
+
+def _build_repo(args) -> int:
+    from pathlib import Path
+
+    from envs.repo.build import DEFAULT_FILE, BuildError, BuildOptions, build_into_file
+    from envs.repo.source import RepoSourceError, split_spec
+    from flows.cli import UsageError
+
+    try:
+        split_spec(args.spec)
+        opts = BuildOptions(runs=args.runs, max_instances=args.max_instances,
+                            max_tries=args.max_tries, pairs=args.pairs)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if min(args.runs, args.max_instances, args.max_tries) < 1 or args.pairs < 0:
+        raise UsageError("--runs, --max and --max-tries must be >= 1, --pairs >= 0")
+    try:
+        made, total = build_into_file(args.spec, Path(args.out) if args.out else DEFAULT_FILE,
+                                      opts)
+    except (BuildError, RepoSourceError) as exc:
+        print(f"rollforge tasks build-repo: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.spec}: {made} instances; {total} in the file")
+    return 0

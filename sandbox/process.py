@@ -84,7 +84,9 @@ def _site_packages(python: str) -> list[str]:
 
 
 def _interpreter_paths(python: str) -> tuple[str, str]:
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
+    # By path, not by the resolved file: two venvs of one base interpreter resolve to the same
+    # binary but have different prefixes (and site-packages).
+    if os.path.abspath(python) == os.path.abspath(sys.executable):
         return sys.base_prefix, sys.prefix
     code = "import sys; print(sys.base_prefix); print(sys.prefix)"  # noqa: the interpreter's own
     out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True,

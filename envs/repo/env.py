@@ -1,0 +1,391 @@
+"""Kind `repo`: fix a bug synthesized into a real Python package, over several turns.
+
+The workspace is the repository at the buggy state: the pristine sdist tree (one copy per
+process, shared by every episode, envs/repo/source.py) under an overlay of the files the bug
+and the agent changed. Resetting an episode makes an empty overlay plus the bug's file(s), so
+it costs the bug's few KB, never a copy of the tree; the state that crosses processes is that
+overlay. Each command the agent runs is one fresh sandbox execution over the tree, in the
+repository's environment layer (its pytest and test dependencies).
+
+Actions (text outside them is ignored; the format of sandbox/EPISODES.md, more verbs):
+
+    <ls path="DIR"/>                          files under DIR (default: the root)
+    <read path="FILE" start="N" end="M"/>     lines N..M with their numbers (default: 1..200)
+    <search pattern="REGEX" path="DIR"/>      matching lines, FILE:LINE: text
+    <edit path="FILE">                        search/replace blocks, each SEARCH must match once
+    <<<<<<< SEARCH
+    old lines
+    =======
+    new lines
+    >>>>>>> REPLACE
+    </edit>
+    <write path="FILE">...</write>            create or replace a file
+    <run>pytest ARGS</run> | <run>python ARGS</run>   in the sandbox's limits
+    <submit/>                                 end: graded on a pristine copy (envs/repo/grading.py)
+
+Edits to several files are allowed; edits to tests are dropped at grading and flagged.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.base import Environment, StepContext, StepResult
+from envs.repo.diffs import PatchError, apply_diff
+from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
+from rewards.aggregate import aggregate
+from rewards.io_tests import TestReport
+from sandbox.base import ExecResult, Limits, Sandbox
+from sandbox.workspace import check_relpath
+from tasks.record import Task
+
+DEFAULT_FILE = str(Path(__file__).with_name("instances.jsonl"))
+_MAX_FILE_BYTES = 256 * 1024
+
+
+class RepoOptions(BaseModel):
+    """A source of kind `repo`: which instances, and the episode's limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    file: str | None = Field(None, description="the instances' task file (rollforge tasks "
+                             "build-repo writes it); null: the built-in envs/repo/instances.jsonl")
+    repos: list[str] | None = Field(None, description="only these packages (names)")
+    max_turns: int = Field(8, ge=1, description="policy turns per episode; at the last one "
+                           "the workspace is graded whatever the policy did")
+    time_budget_s: float = Field(120.0, gt=0, description="seconds of sandbox time per "
+                                 "episode, all commands together")
+    action_tokens: int = Field(384, ge=8, description="longest action, in tokens")
+    obs_tokens: int = Field(512, ge=32, description="token budget of one observation")
+    obs_bytes: int = Field(8192, ge=256, description="hard cap of an observation's text")
+
+
+class RepoPayload(BaseModel):
+    """The kind's part of a task record (envs/repo/build.py writes it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str = Field(pattern=r"^[A-Za-z0-9._-]+==[A-Za-z0-9._+-]+$")
+    sdist_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    patch: str = Field(min_length=1, description="the bug, a unified diff over the sdist")
+    files: list[str] = Field(min_length=1)
+    operators: list[str]
+    sites: list[str]
+    fail_to_pass: list[str] = Field(min_length=1)
+    pass_to_pass: list[str] = Field(description="node ids, or a file's, class's or function's "
+                                    "name for every node under it that is not FAIL_TO_PASS")
+    n_collected: int = Field(ge=1, description="nodes pytest collects for the graded names")
+
+
+@dataclass(frozen=True)
+class RepoState:
+    """An episode in progress: the overlay over the pristine tree (bug and edits), picklable."""
+
+    task: Task
+    files: dict[str, bytes | None]
+    turn: int = 0
+    used_s: float = 0.0
+    done: bool = False
+    history: tuple[dict, ...] = ()
+
+
+INTRO = """You are in the repository {repo} (Python). Some of its tests fail; fix the library.
+Actions (several per turn, in order; text outside them is ignored):
+<ls path="DIR"/>  <read path="FILE" start="N" end="M"/>  <search pattern="REGEX" path="DIR"/>
+<edit path="FILE">
+<<<<<<< SEARCH
+old lines
+=======
+new lines
+>>>>>>> REPLACE
+</edit>
+<write path="FILE">content</write>  <run>pytest ARGS</run>  <run>python ARGS</run>  <submit/>
+"""
+
+_ACTION = re.compile(
+    r'<ls(?:\s+path="(?P<lspath>[^"]*)")?\s*/>'
+    r'|<read\s+path="(?P<rpath>[^"]*)"(?:\s+start="(?P<start>\d+)")?(?:\s+end="(?P<end>\d+)")?\s*/>'
+    r'|<search\s+pattern="(?P<pat>[^"]*)"(?:\s+path="(?P<spath>[^"]*)")?\s*/>'
+    r'|<edit\s+path="(?P<epath>[^"]*)"\s*>(?P<ebody>.*?)</edit>'
+    r'|<write\s+path="(?P<wpath>[^"]*)"\s*>(?P<wbody>.*?)</write>'
+    r'|<run>(?P<cmd>.*?)</run>'
+    r'|<submit\s*/>', re.S)
+_BLOCK = re.compile(r"<<<<<<< SEARCH\n(.*?)\n?=======\n(.*?)\n?>>>>>>> REPLACE", re.S)
+
+
+class RepoEnv(Environment):
+    name = "repo"
+    description = ("fix a bug synthesized into a real package: list, read, search, edit, run "
+                   "the tests, submit; graded by FAIL_TO_PASS and PASS_TO_PASS on a pristine copy")
+    Config = RepoOptions
+    Payload = RepoPayload
+
+    @property
+    def max_turns(self) -> int:  # type: ignore[override]
+        return self.config.max_turns
+
+    @property
+    def obs_tokens(self) -> int:  # type: ignore[override]
+        return self.config.obs_tokens
+
+    def action_tokens(self, default: int) -> int:
+        return self.config.action_tokens
+
+    def step_budget_s(self, sandbox_timeout_s: float) -> float:
+        return self.config.time_budget_s + 120.0  # the grade's runs come after the budget
+
+    # -- tasks -----------------------------------------------------------------------------
+    def generate(self) -> list[Task]:
+        from tasks.files import load_tasks  # noqa: PLC0415
+
+        tasks = load_tasks(self.config.file or DEFAULT_FILE, validate=self.validate)
+        if self.config.repos is not None:
+            tasks = [t for t in tasks if t.family in self.config.repos]
+        return tasks
+
+    def validate(self, task: Task) -> Task:
+        super().validate(task)
+        p = task.payload
+        for i, path in enumerate(p["files"]):
+            try:
+                check_relpath(path)
+            except ValueError as exc:
+                raise ValueError(f"field 'payload.files.{i}': {exc}") from None
+        if set(p["fail_to_pass"]) & set(p["pass_to_pass"]):
+            raise ValueError("field 'payload.pass_to_pass': shares tests with fail_to_pass")
+        return task
+
+    def trivial_answers(self, task: Task) -> dict[str, str]:
+        return {"noop": ""}  # the bug left in place: the FAIL_TO_PASS tests must fail
+
+    # -- grading -----------------------------------------------------------------------------
+    @staticmethod
+    def trees(task: Task) -> tuple[dict[str, bytes], dict[str, bytes | None]]:
+        """(pristine tree, the bug's overlay)."""
+        from envs.repo.source import pristine_tree  # noqa: PLC0415
+
+        p = task.payload
+        tree = pristine_tree(p["repo"], p["sdist_sha256"])
+        return tree, apply_diff(tree, p["patch"])
+
+    def grade_files(self, task: Task, files: dict[str, bytes | None], sandbox: Sandbox,
+                    limits: Limits, per_test_s: float = 10.0) -> TestReport:
+        """The grade of a workspace (an overlay over the pristine tree, the bug's files in it)."""
+        from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
+
+        tree, bug = self.trees(task)
+        buggy = apply_overlay(tree, bug)
+        mine = {k: v for k, v in files.items() if buggy.get(k) != v}
+        p = task.payload
+        limits = replace(limits, timeout_s=max(limits.timeout_s, 30.0),
+                         memory_mb=max(limits.memory_mb, 1024))
+        return grade_candidate(tree, bug, mine, p["fail_to_pass"], p["pass_to_pass"],
+                               layer_sandbox(sandbox.name), limits, max(per_test_s, 10.0),
+                               p["n_collected"])
+
+    def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
+               per_test_timeout_s: float) -> TestReport:
+        """A single-turn answer: a unified diff over the buggy repository."""
+        tree, bug = self.trees(task)
+        buggy = apply_overlay(tree, bug)
+        names = tuple(task.payload["fail_to_pass"]) + tuple(task.payload["pass_to_pass"])
+        try:
+            changes = apply_diff(buggy, answer) if answer.strip() else {}
+        except PatchError as exc:
+            return TestReport(("failed",) * len(names), (), "failed", None,
+                              load_error=f"PatchError: {exc}", test_names=names)
+        return self.grade_files(task, dict(bug, **changes), sandbox, limits, per_test_timeout_s)
+
+    # -- an episode --------------------------------------------------------------------------
+    def reset(self, task: Task) -> tuple[Any, str]:
+        _, bug = self.trees(task)
+        top = sorted({p.split("/")[0] + ("/" if "/" in p else "") for p in self.trees(task)[0]})
+        obs = (INTRO.format(repo=task.payload["repo"]) + "\n" + task.prompt
+               + "\n\nTop level: " + " ".join(top) + "\n")
+        return RepoState(task, dict(bug)), obs
+
+    def step(self, state: Any, action: str | None, ctx: StepContext) -> StepResult:
+        t0 = time.monotonic()
+        files = dict(state.files)
+        info: dict = {"turn": state.turn + 1, "actions": [], "infra_error": False}
+        parts: list[str] = []
+        submitted = False
+        if action is not None:
+            try:
+                acts = parse_actions(action)
+            except ValueError as exc:
+                info["action"] = "malformed"
+                parts.append(f"Malformed action: {exc}")
+            else:
+                info["actions"] = [a[0] for a in acts]
+                info["action"] = acts[0][0]
+                for a in acts:
+                    if a[0] == "submit":
+                        submitted = True
+                        break
+                    left = self.config.time_budget_s - state.used_s - (time.monotonic() - t0)
+                    parts.append(self._do(a, state.task, files, ctx, left, info))
+        used = state.used_s + time.monotonic() - t0
+        turn = state.turn + 1
+        reason = ("context_full" if action is None else "submit" if submitted
+                  else "max_turns" if turn >= self.config.max_turns
+                  else "time_budget" if used >= self.config.time_budget_s else None)
+        info["seconds"] = time.monotonic() - t0
+        if reason is None:
+            parts.append(f"[turn {turn}/{self.config.max_turns}]")
+            new = replace(state, files=files, turn=turn, used_s=used,
+                          history=state.history + (info,))
+            return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), False, info)
+        report = self.grade_files(state.task, files, ctx.sandbox, ctx.limits,
+                                  ctx.reward.per_test_timeout_s)
+        info.update(end_reason=reason, grade=aggregate(report, ctx.reward, None),
+                    wall_s=time.monotonic() - t0)
+        info["seconds"] = time.monotonic() - t0
+        parts.append(f"[episode over: {reason}]")
+        new = replace(state, files=files, turn=turn, used_s=used, done=True,
+                      history=state.history + (info,))
+        return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), True, info)
+
+    def _do(self, a: tuple, task: Task, files: dict, ctx: StepContext, left: float,
+            info: dict) -> str:
+        tree, _ = self.trees(task)
+        view = apply_overlay(tree, files)
+        kind = a[0]
+        if kind == "ls":
+            d = a[1].strip("/").rstrip("/")
+            d = "" if d in ("", ".") else d + "/"
+            names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
+                            for p in view if p.startswith(d)})
+            return f"$ ls {d or '.'}\n" + ("\n".join(names) if names else "(nothing there)")
+        if kind == "read":
+            path, start, end = a[1], a[2] or 1, a[3] or (a[2] or 1) + 199
+            if path not in view:
+                return f"read {path}: no such file"
+            lines = view[path].decode("utf-8", "replace").splitlines()
+            body = "\n".join(f"{i:5d} {lines[i - 1]}" for i in range(start, min(end, len(lines)) + 1))
+            return f"$ read {path} {start}-{min(end, len(lines))} of {len(lines)}\n{body}"
+        if kind == "search":
+            try:
+                rx = re.compile(a[1])
+            except re.error as exc:
+                return f"search: bad pattern {a[1]!r}: {exc}"
+            d = a[2].strip("/")
+            hits = []
+            for p, data in view.items():
+                if (not d or d == "." or p.startswith(d + "/") or p == d) and p.endswith(
+                        (".py", ".txt", ".rst", ".cfg", ".toml", ".md")):
+                    for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                        if rx.search(line):
+                            hits.append(f"{p}:{i}: {line.strip()[:160]}")
+            return f"$ search {a[1]!r}\n" + ("\n".join(hits[:60]) or "(no match)") + (
+                f"\n... {len(hits) - 60} more" if len(hits) > 60 else "")
+        if kind in ("edit", "write"):
+            path = a[1]
+            if kind == "write":
+                new = a[2]
+            else:
+                if path not in view:
+                    return f"edit {path}: no such file (use <write> to make one)"
+                new = view[path].decode("utf-8", "replace")
+                blocks = _BLOCK.findall(a[2])
+                if not blocks:
+                    return f"edit {path}: no <<<<<<< SEARCH ... ======= ... >>>>>>> REPLACE block"
+                for old, rep in blocks:
+                    n = new.count(old) if old else 0
+                    if n != 1:
+                        return (f"edit {path}: a SEARCH block matches {n} times (it must match "
+                                f"exactly once; nothing was changed): {old[:80]!r}")
+                    new = new.replace(old, rep, 1)
+            data = new.encode()
+            if len(data) > _MAX_FILE_BYTES:
+                return f"{kind} {path}: refused, over {_MAX_FILE_BYTES} bytes"
+            files[path] = data
+            note = " (a test file: edits to tests are dropped at grading)" if is_test_path(path) else ""
+            return f"{kind} {path}: ok ({len(data)} bytes){note}"
+        # run
+        argv = a[1]
+        if left <= 0:
+            return f"$ {' '.join(argv)}: skipped, the episode's time budget is spent"
+        from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
+
+        cmd = (["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
+                "--tb=short", *argv[1:]] if argv[0] == "pytest" else ["python", *argv[1:]])
+        limits = replace(ctx.limits, timeout_s=min(max(ctx.limits.timeout_s, 30.0), max(left, 0.1)),
+                         memory_mb=max(ctx.limits.memory_mb, 1024))
+        res = layer_sandbox(ctx.sandbox.name).run(view, cmd, limits)
+        if res.infra_error:
+            info["infra_error"] = True
+            return f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): {res.error}"
+        return _describe(f"$ {shlex.join(argv)}", res)
+
+
+def parse_actions(text: str) -> list[tuple]:
+    """The actions in `text` as tuples; ValueError saying what is wrong."""
+    out: list[tuple] = []
+    for m in _ACTION.finditer(text):
+        g = m.groupdict()
+        tag = m.group(0)
+        if tag.startswith("<ls"):
+            out.append(("ls", _path(g["lspath"] or ".", dot=True)))
+        elif tag.startswith("<read"):
+            out.append(("read", _path(g["rpath"]), int(g["start"]) if g["start"] else None,
+                        int(g["end"]) if g["end"] else None))
+        elif tag.startswith("<search"):
+            out.append(("search", g["pat"], _path(g["spath"] or ".", dot=True)))
+        elif tag.startswith("<edit"):
+            out.append(("edit", _path(g["epath"]), g["ebody"]))
+        elif tag.startswith("<write"):
+            body = g["wbody"][1:] if g["wbody"].startswith("\n") else g["wbody"]
+            out.append(("write", _path(g["wpath"]), body))
+        elif tag.startswith("<run>"):
+            try:
+                argv = shlex.split(g["cmd"])
+            except ValueError as exc:
+                raise ValueError(f"<run>: {exc}") from None
+            if not argv or argv[0] not in ("pytest", "python", "python3"):
+                raise ValueError(f"<run>{g['cmd'][:60]}</run>: commands are `pytest ARGS` or "
+                                 f"`python ARGS`")
+            out.append(("run", tuple(argv)))
+        else:
+            out.append(("submit",))
+    if not out:
+        raise ValueError('no action found; expected <ls/>, <read path="..."/>, <search '
+                         'pattern="..."/>, <edit path="...">...</edit>, <write path="...">'
+                         '...</write>, <run>pytest ...</run> or <submit/>')
+    if any(a[0] == "submit" for a in out[:-1]):
+        raise ValueError("<submit/> must be the last action of the turn")
+    return out
+
+
+def _path(p: str, dot: bool = False) -> str:
+    if dot and p.strip() in ("", ".", "./"):
+        return "."
+    try:
+        return check_relpath(p.strip()).replace("\\", "/")
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _cut(text: str, cap: int) -> str:
+    data = text.encode()
+    if len(data) <= cap:
+        return text
+    return data[:cap].decode("utf-8", "ignore") + f"\n...[truncated: {len(data)} bytes]"
+
+
+def _describe(head: str, res: ExecResult) -> str:
+    status = {"ok": "exit 0", "failed": f"exit {res.exit_code}", "timeout": "killed: time limit",
+              "memory_exceeded": "killed: memory limit",
+              "output_truncated": "output over the limit"}.get(res.status, res.status)
+    out = [f"{head} [{status}]"]
+    if res.stdout.strip():
+        out.append(res.stdout.rstrip()[-4000:])
+    if res.stderr.strip():
+        out.append("stderr:\n" + res.stderr.rstrip()[-1500:])
+    return "\n".join(out)

@@ -1,0 +1,325 @@
+"""Running a repository's tests in the sandbox and judging them (kind `repo`, envs/repo/env.py).
+
+One run is pytest in a fresh sandbox over the whole tree, with the grader's plugin
+(rewards/testfile_plugin.py) as the root `conftest.py`, the grader's `pytest.ini` and a per-run
+nonce; the named tests are passed as node ids. The build (stable tests, which tests a mutant
+turns red) and the grade use this same run.
+
+Grading (SWE-bench's harness, with the test-file verifier's anti-gaming on top):
+
+- the tree graded is the *pristine* tree with the instance's bug applied, then the candidate's
+  changes to **source** files only; a change to a test, a `conftest.py` or a pytest/packaging
+  config is dropped (the hidden tests are restored from the pristine tree) and flags
+  `tests_modified`;
+- FAIL_TO_PASS and PASS_TO_PASS run by node id; a test credits only when pytest's junit XML and
+  the plugin's nonce-stamped summary both say it passed; a test that is absent or not collected
+  is `missing` (failed); the collected set must be exactly the requested one
+  (`collection_mismatch` otherwise), a collection error flags `collection_error`;
+- the plugin's runtime flags (pytest or builtins patched, a report written by someone else, an
+  early exit, a skip) and static flags of what the candidate added (imports of pytest, exits,
+  strings that name the tests or the grader's files) give no credit.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import secrets
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field, replace
+from posixpath import basename
+
+from rewards.io_tests import TestReport
+from rewards.testfile_plugin import PLUGIN_SOURCE
+from rewards.testfile_tests import testfile_hack_flags
+from sandbox.base import ExecResult, Limits, Sandbox
+
+CONFTEST, INI = "conftest.py", "pytest.ini"
+INI_SOURCE = """[pytest]
+python_files = test_*.py *_test.py
+python_classes = Test*
+python_functions = test_*
+junit_family = xunit2
+junit_logging = no
+"""
+_CONFIG_FILES = {"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "setup.py",
+                 "conftest.py", "noxfile.py"}
+_FLAG_LINE = re.compile(r"^ROLLFORGE-FLAG (\S+) ([a-z_]{1,40})$", re.M)
+_REPORT_CAP = 4 << 20
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+# Flags after which no test's outcome can be trusted: every one counts as failed.
+UNTRUSTED = {"forged_report", "collection_mismatch", "exit_code_mismatch", "tests_modified",
+             "pytest_tampering", "builtins_tampering", "early_exit", "skipped_test",
+             "collection_error", "timeout_evasion", "exit_called", "shadow_module"}
+# What the candidate's added code may not mention: the tests, the grader's files and cache.
+_TEST_WORDS = ("test_", "/tests", "tests/", "conftest", "junit", ".xml", "rollforge",
+               ".summary-", "pytest")
+
+
+def is_test_path(path: str) -> bool:
+    """A file the hidden tests own: test modules, test folders, conftest and test config."""
+    parts = path.split("/")
+    name = parts[-1]
+    return (name in _CONFIG_FILES or name.startswith("test_") or name.endswith("_test.py")
+            or any(p in ("tests", "test", "testing") for p in parts[:-1]))
+
+
+def junit_key(nodeid: str) -> tuple[str, str]:
+    """pytest's junit (classname, name) of a node id (its mangling in _pytest/junitxml.py)."""
+    names = nodeid.split("::")
+    names[0] = re.sub(r"\.py$", "", names[0].replace("/", "."))
+    return ".".join(names[:-1]), names[-1]
+
+
+@dataclass(frozen=True)
+class TestRun:
+    """One judged pytest run: the outcome of each test that ran (by node id), the failure
+    messages (for problem statements) and what looked wrong."""
+
+    __test__ = False
+    outcomes: dict[str, str]
+    messages: dict[str, str]
+    collected: tuple[str, ...]
+    collect_errors: tuple[str, ...]
+    flags: tuple[str, ...]
+    res: ExecResult
+    infra: str | None = None
+    seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+
+def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandbox,
+              limits: Limits, per_test_s: float = 10.0) -> TestRun:
+    """pytest over `tree` in the sandbox with the grader's plugin; `test_ids` None: every test
+    module of the tree."""
+    token = secrets.token_hex(8)
+    junit, summary = f"report-{token}.xml", f".summary-{token}.json"
+    tests = sorted(p for p in tree if p.endswith(".py") and is_test_path(p))
+    protected = sorted({CONFTEST, INI} | {basename(p) for p in tests
+                                          if basename(p) != "__init__.py"})
+    config = {"nonce": token, "per_test": per_test_s, "summary": summary,
+              "protected": protected, "writable": [junit, summary]}
+    plugin = PLUGIN_SOURCE.replace("@@CONFIG@@", repr(config))
+    files: dict[str, str | bytes] = dict(tree)
+    files[CONFTEST], files[INI] = plugin, INI_SOURCE
+    if test_ids is None:
+        targets = sorted({p for p in tests if basename(p).startswith("test_")
+                          or p.endswith("_test.py")})
+    else:
+        targets = list(test_ids)
+    argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:timeout",
+            "-c", INI, "--rootdir=.", "--capture=sys", "--tb=short", "--color=no",
+            "-W", "ignore::DeprecationWarning", f"--junitxml={junit}", *targets]
+    n = len(targets)
+    run_limits = replace(limits, timeout_s=limits.timeout_s + min(per_test_s * n, 120.0),
+                         output_bytes=max(limits.output_bytes, _REPORT_CAP))
+    res = sandbox.run(files, argv, run_limits, collect=[junit, summary])
+    empty = TestRun({}, {}, (), (), (), res, seconds=res.duration_s)
+    if res.status == "infra_error":
+        return replace(empty, infra=res.error or "sandbox")
+    if f"ROLLFORGE-LOADED {token}" not in res.stderr:
+        tail = (res.stderr.strip().splitlines() or [res.status])[-1][:300]
+        return replace(empty, infra=f"pytest did not start in the sandbox: {tail}")
+    return _judge(res, junit, summary, token)
+
+
+def _summary(text: str | None, nonce: str) -> dict | None:
+    import json  # noqa: PLC0415
+
+    if text is None or len(text) > _REPORT_CAP:
+        return None
+    try:
+        rec = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or rec.get("nonce") != nonce \
+            or not isinstance(rec.get("outcomes"), dict) \
+            or not isinstance(rec.get("collected"), list) \
+            or not isinstance(rec.get("collect_errors"), list):
+        return None
+    return rec
+
+
+def _junit(text: str | None) -> dict[tuple[str, str], tuple[str, str]] | None:
+    """(classname, name) -> (passed|failed|skipped, message); None: not what pytest writes."""
+    if text is None or len(text) > _REPORT_CAP or "<!DOCTYPE" in text or "<!ENTITY" in text:
+        return None
+    try:
+        root = ET.fromstring(text)
+    except (ET.ParseError, ValueError, RecursionError):
+        return None
+    out: dict[tuple[str, str], tuple[str, str]] = {}
+    for case in root.iter("testcase"):
+        cls, name = case.get("classname"), case.get("name")
+        if cls is None or name is None:
+            return None
+        bad = [c for c in case if c.tag in ("failure", "error")]
+        skip = [c for c in case if c.tag == "skipped"]
+        outcome = "failed" if bad else "skipped" if skip else "passed"
+        msg = (bad[0].get("message") or "") if bad else ""
+        prev = out.get((cls, name))
+        if prev is None or prev[0] == "passed":  # a setup and a teardown error: the worst
+            out[(cls, name)] = (outcome, msg)
+    return out
+
+
+def _coarse(o: str) -> str:
+    return o if o in ("passed", "skipped") else "failed"
+
+
+def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
+    flags = list(dict.fromkeys(f for tok, f in _FLAG_LINE.findall(res.stderr) if tok == nonce))
+    rec, cases = _summary(res.files.get(summary), nonce), _junit(res.files.get(junit))
+    killed = res.status in ("timeout", "memory_exceeded")
+    if rec is None or cases is None:
+        if not killed and (junit in res.files or summary in res.files):
+            flags.append("forged_report")
+        if res.exit_code == 0:
+            flags.append("early_exit")
+        return TestRun({}, {}, (), (), tuple(dict.fromkeys(flags)), res, seconds=res.duration_s)
+    outcomes = {k: str(v) for k, v in rec["outcomes"].items()}
+    mine = {junit_key(k): _coarse(v) for k, v in outcomes.items()}
+    theirs = {k: v[0] for k, v in cases.items() if k[0] != "" and k != ("pytest", "internal")}
+    errs = tuple(str(e[0]) for e in rec["collect_errors"] if isinstance(e, list) and e)
+    if rec.get("internal_error"):
+        flags.append("collection_error")
+    if errs:
+        flags.append("skipped_test" if all(e[1] == "Skipped" for e in rec["collect_errors"])
+                     else "collection_error")
+    if mine != theirs:
+        flags.append("forged_report")
+    if rec.get("exitstatus") != res.exit_code:
+        flags.append("exit_code_mismatch")
+    flags += [f for f in rec.get("flags", []) if isinstance(f, str)
+              and re.fullmatch(r"[a-z_]{1,40}", f)]
+    messages = {k: _HEX.sub("0x...", cases.get(junit_key(k), ("", ""))[1])[:300]
+                for k, v in outcomes.items() if v != "passed"}
+    return TestRun(outcomes, messages, tuple(rec["collected"]), errs,
+                   tuple(dict.fromkeys(flags)), res, seconds=res.duration_s)
+
+
+# -- the grade of a candidate --------------------------------------------------------------------
+def apply_overlay(base: dict[str, bytes], overlay: dict[str, bytes | None]) -> dict[str, bytes]:
+    """`base` with `overlay`'s files written over it (None: the file deleted)."""
+    out = dict(base)
+    for path, data in overlay.items():
+        if data is None:
+            out.pop(path, None)
+        else:
+            out[path] = data
+    return out
+
+
+def static_flags(buggy: dict[str, bytes], changed: dict[str, bytes]) -> tuple[str, ...]:
+    """Constructs the candidate added to source files that no honest fix needs: the test-file
+    verifier's list (pytest, exits, introspection, the grader's words) plus strings naming the
+    tests, each counted only where the buggy file did not already have it."""
+    flags: set[str] = set()
+
+    def of(text: str) -> set[str]:
+        try:
+            found = set(testfile_hack_flags(text, 1))
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            return set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and any(
+                    w in n.value for w in _TEST_WORDS):
+                found.add("reads_tests")
+        return found
+
+    for path, data in changed.items():
+        if not path.endswith(".py"):
+            continue
+        before = buggy.get(path)
+        flags |= of(data.decode("utf-8", "replace")) - (
+            of(before.decode("utf-8", "replace")) if before is not None else set())
+    return tuple(sorted(flags))
+
+
+_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4, "missing": 5}
+
+
+def prefixes(nodeid: str) -> list[str]:
+    """The names that can stand for a node, coarsest first: its file, its classes, and its
+    function when it is a parametrized case."""
+    parts = nodeid.split("::")
+    out = ["::".join(parts[:i]) for i in range(1, len(parts))]
+    if "[" in parts[-1]:
+        out.append(nodeid.split("[")[0])
+    return out
+
+
+def covers(name: str, nodeid: str) -> bool:
+    return nodeid == name or nodeid.startswith(name + "::") or nodeid.startswith(name + "[")
+
+
+def outcome_of(name: str, outcomes: dict[str, str], exact: frozenset[str]) -> str:
+    """A named test's outcome: a node id's own, or for a file's, class's or function's name (a
+    PASS_TO_PASS name standing for the nodes under it) the worst of its nodes that are not
+    named themselves; `missing` when nothing of it ran."""
+    if name in outcomes:
+        return outcomes[name]
+    cases = [o for k, o in outcomes.items() if covers(name, k) and k not in exact]
+    return max(cases, key=_RANK.__getitem__) if cases else "missing"
+
+
+def judge_names(run: TestRun, names: tuple[str, ...], f2p: frozenset[str],
+                n_collected: int | None) -> tuple[list[str], list[str]]:
+    """(outcome per name, flags) of a run of `names`: absent is missing, a skip fails, and the
+    collected count must be what the build saw (`n_collected`) or every requested node."""
+    flags: list[str] = []
+    want = n_collected if n_collected is not None else len(names)
+    if run.outcomes and not run.collect_errors and (
+            len(run.collected) != want or any(not any(covers(n, k) for n in names)
+                                              for k in run.collected)):
+        flags.append("collection_mismatch")
+    out = []
+    for t in names:
+        o = outcome_of(t, run.outcomes, f2p)
+        out.append("failed" if o == "skipped" else o)
+    return out, flags
+
+
+def grade_candidate(pristine: dict[str, bytes], bug: dict[str, bytes],
+                    candidate: dict[str, bytes | None], fail_to_pass: list[str],
+                    pass_to_pass: list[str], sandbox: Sandbox, limits: Limits,
+                    per_test_s: float = 10.0, n_collected: int | None = None) -> TestReport:
+    """The candidate's changes (over the buggy tree) graded on a pristine copy: source changes
+    applied, test changes dropped and flagged, F2P then P2P run by name."""
+    buggy = apply_overlay(pristine, bug)
+    names = tuple(fail_to_pass) + tuple(pass_to_pass)
+    n = len(names)
+    flags: list[str] = []
+    kept: dict[str, bytes | None] = {}
+    for path, data in candidate.items():
+        if buggy.get(path) == data:
+            continue
+        if is_test_path(path) or path in (CONFTEST, INI):
+            flags.append("tests_modified")  # the hidden tests are restored: the change is dropped
+        elif "/" not in path and path not in buggy:
+            # a new module at the root lands on sys.path once pytest imports the root conftest
+            # and would shadow a standard module (json.py, re.py) for the grader's own imports
+            flags.append("shadow_module")
+        else:
+            kept[path] = data
+    flags += static_flags(buggy, {k: v for k, v in kept.items() if v is not None})
+    tree = apply_overlay(buggy, kept)
+    syntax = False
+    for path, data in kept.items():
+        if data is not None and path.endswith(".py"):
+            try:
+                ast.parse(data)
+            except (SyntaxError, ValueError):
+                syntax = True
+    run = run_tests(tree, list(names), sandbox, limits, per_test_s)
+    if run.infra:
+        return TestReport(("missing",) * n, (), "infra_error", run.res, load_error=run.infra,
+                          test_names=names)
+    outcomes, more = judge_names(run, names, frozenset(fail_to_pass), n_collected)
+    flags = list(dict.fromkeys(flags + list(run.flags) + more))
+    if set(flags) & UNTRUSTED:
+        outcomes = ["failed" if o == "passed" else o for o in outcomes]
+    status = "syntax_error" if syntax else run.res.status
+    errors = tuple(o for o in outcomes if o in ("error", "timeout"))
+    return TestReport(tuple(outcomes), errors, status, run.res, tuple(flags),
+                      load_error="; ".join(run.collect_errors)[:400] or None, test_names=names)
