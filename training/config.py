@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class PolicyConfig(BaseModel):
@@ -115,6 +115,19 @@ class RLConfig(BaseModel):
         "its mean (Dr.GRPO, Liu et al. 2025). rloo has its own baseline and takes True only")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
+    processes: int | Literal["gpus"] = Field(
+        1, description="ranks of the update (data-parallel, gloo on CPU, NCCL on GPUs, one GPU a "
+        "rank): 1 runs it in the flow's process; N > 1 on a resident group of N local processes "
+        "that stay up between iterations (training/group.py); 'gpus': one rank per local CUDA "
+        "device (1 without one). The step is the same whatever the count (within float "
+        "rounding; replay draws differ per rank)")
+
+    @field_validator("processes", mode="before")
+    @classmethod
+    def _processes(cls, v):
+        if v == "gpus" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"rl.processes={v!r}: expected a rank count >= 1 or 'gpus'")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RLConfig":
