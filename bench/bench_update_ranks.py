@@ -120,11 +120,11 @@ def main() -> None:
     for name, m in memory.items():
         n = int(m["train/processes"])
         label = name if isinstance(name, str) else f"ZeRO-{name}, 2 ranks"
-        cells = "   ".join(
-            f"rank {r}: {m[f'train/rank{r}/optimizer_mb'] if n > 1 else m['train/optimizer_mb']:6.2f}"
-            f" | {m[f'train/rank{r}/params_mb'] if n > 1 else m['train/params_mb']:6.2f}"
-            f" | {m[f'train/rank{r}/peak_mem_mb'] if n > 1 else m['train/peak_mem_mb']:7.1f}"
-            for r in range(n))
+        def of(r, key):
+            return m[f"train/rank{r}/{key}"] if n > 1 else m[f"train/{key}"]
+
+        cells = "   ".join(f"rank {r}: {of(r, 'optimizer_mb'):6.2f} | {of(r, 'params_mb'):6.2f} | "
+                           f"{of(r, 'peak_mem_mb'):7.1f}" for r in range(n))
         print(f"  {label:17}: {cells}")
 
 

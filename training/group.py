@@ -26,6 +26,7 @@ update, waiting on it in a collective), once: the marker file records that it ha
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import signal
@@ -82,6 +83,9 @@ class TrainerGroup:
             raise ValueError(f"rl.processes={world}: expected at least 1")
         self.world = world
         self.jobs = 0  # jobs this group has finished (resident: one per iteration)
+        # Set while a job is out: a wait cut short (a stage deadline, Ctrl-C) leaves the ranks
+        # on a job whose reply would be taken for the next one's, so such a group is replaced.
+        self.busy = False
         self.procs: list[subprocess.Popen] = []
         self._send: list[Connection] = []
         self._recv: list[Connection] = []
@@ -90,10 +94,11 @@ class TrainerGroup:
     def _start(self, timeout_s: float) -> None:
         threads = _rank_threads(self.world)
         base = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+        # This checkout first: an installed copy of rollforge elsewhere must not serve a rank.
+        path = [str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
         base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
                     WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE=str(self.world),
-                    OMP_NUM_THREADS=str(threads),
-                    PYTHONPATH=os.pathsep.join([str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+                    OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(path))
         for r in range(self.world):
             env = {**base, "RANK": str(r), "LOCAL_RANK": str(r)}
             # Its own session: a Ctrl-C in the terminal reaches the flow, which closes the group;
@@ -140,17 +145,24 @@ class TrainerGroup:
     def alive(self) -> bool:
         return bool(self.procs) and all(p.poll() is None for p in self.procs)
 
+    def usable(self) -> bool:
+        """Alive and not left holding a job nobody waits for."""
+        return self.alive() and not self.busy
+
     def run(self, job: dict) -> list[dict]:
         """Send `job` to every rank; each rank's reply, rank order."""
-        if not self.alive():
-            raise RankFailure("trainer group: not running (closed, or a rank died)")
+        if not self.usable():
+            raise RankFailure("trainer group: not usable (closed, a rank died, or a job was "
+                              "abandoned)")
         blob = pickle.dumps(job)
+        self.busy = True
         for c in self._send:
             try:
                 c.send_bytes(blob)
             except OSError:
                 break  # that rank is dead: `_gather` reports which
         out = self._gather(None, f"update of version {job.get('version')}")
+        self.busy = False
         self.jobs += 1
         return out
 
@@ -189,10 +201,12 @@ def group_of(world: int) -> TrainerGroup:
     """The resident group of `world` ranks: the running one, or a fresh one (after a failure,
     or when the rank count changed)."""
     global _GROUP
-    if _GROUP is not None and (_GROUP.world != world or not _GROUP.alive()):
-        _GROUP.close(force=not _GROUP.alive())
+    if _GROUP is not None and (_GROUP.world != world or not _GROUP.usable()):
+        _GROUP.close(force=not _GROUP.usable())
         _GROUP = None
     if _GROUP is None:
+        if not STARTS["count"]:  # a caller outside the flow may never call close_group
+            atexit.register(close_group)
         _GROUP = TrainerGroup(world)
         STARTS["count"] += 1
     return _GROUP
@@ -202,7 +216,7 @@ def close_group() -> None:
     """Stop the resident group, if any (the flow does at its end)."""
     global _GROUP
     if _GROUP is not None:
-        _GROUP.close(force=not _GROUP.alive())
+        _GROUP.close(force=not _GROUP.usable())
         _GROUP = None
 
 

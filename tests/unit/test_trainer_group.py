@@ -75,3 +75,68 @@ def test_one_process_runs_the_update_in_this_process(monkeypatch, tmp_path):
     monkeypatch.setattr(group, "TrainerGroup", None)  # a group would fail to start
     out = group.update(str(tmp_path), 0, [], None, RLConfig(), 1.0, 0)
     assert out == {"train/processes": 1} and called["args"][1] == 0
+
+
+FAKE_RANK = '''
+import os, pickle, sys
+from multiprocessing.connection import Connection
+send, recv = Connection(os.dup(1), readable=False), Connection(os.dup(0), writable=False)
+rank = int(os.environ["RANK"])
+send.send({"rank": rank, "pid": os.getpid()})
+while True:
+    job = pickle.loads(recv.recv_bytes())
+    if job is None:
+        sys.exit(0)
+    if job.get("fail") == rank:
+        send.send({"error": "Traceback: ValueError: bad batch"})
+        sys.exit(1)
+    if job.get("die") == rank:
+        os._exit(3)
+    send.send({"rank": rank, "metrics": {"pid": os.getpid(), "version": job["version"]}})
+'''
+
+
+@pytest.fixture
+def fake_ranks(tmp_path, monkeypatch):
+    """Rank processes that speak the group's protocol without DeepSpeed: the supervisor alone."""
+    script = tmp_path / "fake_rank.py"
+    script.write_text(FAKE_RANK)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(group.sys, "executable", str(exe))
+
+
+def test_the_group_stays_resident_across_jobs_and_reports_a_failing_rank(fake_ranks):
+    g = group.TrainerGroup(2, start_timeout_s=60)
+    try:
+        first = g.run({"version": 0})
+        second = g.run({"version": 1})
+        assert [r["metrics"]["pid"] for r in first] == [r["metrics"]["pid"] for r in second]
+        assert g.jobs == 2 and g.usable()
+        with pytest.raises(group.RankFailure, match="(?s)rank 1 of 2 failed .*bad batch"):
+            g.run({"version": 2, "fail": 1})
+        assert not g.alive()  # the survivor was shut down with it
+    finally:
+        g.close(force=True)
+
+
+def test_a_rank_that_dies_mid_job_is_reported_with_its_exit_code(fake_ranks):
+    g = group.TrainerGroup(2, start_timeout_s=60)
+    try:
+        with pytest.raises(group.RankFailure, match="rank 0 of 2 died during the update of "
+                                                    "version 5 \\(exit code 3\\)"):
+            g.run({"version": 5, "die": 0})
+        assert not g.alive()
+    finally:
+        g.close(force=True)
+
+
+def test_a_group_left_with_an_abandoned_job_is_replaced(fake_ranks):
+    first = group.group_of(2)
+    try:
+        first.busy = True  # as when a stage deadline cut the wait short
+        second = group.group_of(2)
+        assert second is not first and not first.alive() and second.usable()
+    finally:
+        group.close_group()
