@@ -64,6 +64,7 @@ bench-all: setup
 	$(PY) bench/bench_eval.py --repeats 3
 	$(PY) bench/bench_store.py --rows 100000
 	$(PY) bench/bench_training.py
+	$(PY) bench/bench_update_ranks.py
 	$(PY) bench/bench_orchestration.py
 	$(PY) bench/bench_stages.py
 

@@ -148,6 +148,9 @@ class RunConfig(BaseModel):
             d["tasks"].pop("function_name", None)
         if d["tasks"].get("sources") is None:  # the implicit source: as before sources existed
             d["tasks"].pop("sources", None)
+        # `rl.processes` says on how many ranks the update runs, not what it computes (the same
+        # step within float rounding): a run moved to more ranks resumes its finished stages.
+        d["rl"].pop("processes", None)
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)

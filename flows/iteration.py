@@ -37,11 +37,12 @@ from flows.staging import CODE_VERSION, _has_checkpoint, _stage, call_stage
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
+from training import group as trainer_group
 from training.episodes import sample_actions
 from training.generate import Sample
 from training.policy import tokenizer_of
 from training.progress import Progress
-from training.trainer import RLSample, grpo_update, policy_for_sampling, sft_warm_start
+from training.trainer import RLSample, policy_for_sampling, sft_warm_start
 
 FORM_DEFAULT = whole_config()  # train_flow's default config: configs/default.yaml, every field
 
@@ -211,8 +212,9 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                         reward=r["reward"], group_id=r["group_id"],
                         completion_mask=r.get("completion_mask")) for r in rows]
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
-    return grpo_update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                       cfg.sampling.temperature, cfg.seed, replay)
+    # On rl.processes ranks: this process for one, the resident trainer group for more.
+    return trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
+                                cfg.sampling.temperature, cfg.seed, replay)
 
 
 @_stage("checkpoint", retries=2, timeout_s=600,
@@ -297,6 +299,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
         close_clients()
+        trainer_group.close_group()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
             "iterations": cfg.iterations}
 
@@ -460,9 +463,21 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
              f"{metrics['sandbox/utilisation']:.2f}, scheduler queue max "
              f"{metrics.get('cluster/queued_max', '-')} queued / "
              f"{metrics.get('cluster/processing_max', '-')} processing")
+    if "train/peak_mem_mb" in metrics:
+        log.info(_update_line(it, metrics))
     log.info("iteration %d stage seconds: %s", it, ", ".join(
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
     return metrics
+
+
+def _update_line(it: int, m: dict) -> str:
+    """The update's speed and memory, per rank when it ran on several."""
+    n = int(m.get("train/processes", 1))
+    per = (lambda k: "/".join(f"{m.get(f'train/rank{r}/{k}', math.nan):.1f}" for r in range(n))
+           ) if n > 1 else (lambda k: f"{m[f'train/{k}']:.1f}")
+    return (f"iteration {it} update: {n} rank(s), {m['train/tokens_per_s']:.0f} tokens/s; per "
+            f"rank MB: peak {per('peak_mem_mb')}, optimizer state {per('optimizer_mb')}, "
+            f"weights {per('params_mb')}")
 
 
 @flow(name="rollforge-evaluate", log_prints=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class PolicyConfig(BaseModel):
@@ -156,6 +156,20 @@ class RLConfig(BaseModel):
         "none", description="bf16: the forward passes of the update run under torch.autocast in "
         "bfloat16 while weights, gradients and optimizer stay fp32 (rl.dtype fp32); on a CPU "
         "with AMX about twice as fast (bench/bench_real_model.py). none: as rl.dtype says")
+
+    processes: int | Literal["gpus"] = Field(
+        1, description="ranks of the update (data-parallel, gloo on CPU, NCCL on GPUs, one GPU a "
+        "rank): 1 runs it in the flow's process; N > 1 on a resident group of N local processes "
+        "that stay up between iterations (training/group.py); 'gpus': one rank per local CUDA "
+        "device (1 without one). The step is the same whatever the count (within float "
+        "rounding; replay draws differ per rank)")
+
+    @field_validator("processes", mode="before")
+    @classmethod
+    def _processes(cls, v):
+        if v == "gpus" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"rl.processes={v!r}: expected a rank count >= 1 or 'gpus'")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RLConfig":

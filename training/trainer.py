@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rewards.advantages import advantages_for
-from training import checkpoints
+from training import checkpoints, memory
 from training import engine as eng
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
@@ -317,6 +317,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         raise ValueError(f"rl.replay_coef={rl.replay_coef} needs reference solutions to replay; "
                          "none was given (no training task with a reference in the mix?)")
     src = checkpoints.checkpoint_dir(run_dir, version)
+    memory.reset_peak()  # this update's peak, also in a rank that stays up between updates
     torch.manual_seed(seed * 100003 + version)
     samples = _with_advantages(samples, rl)
     counted = [s for s in samples if s.completion_ids]  # an empty completion has no token to train
@@ -401,7 +402,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     extra_metrics = {"train/tokens": n_tokens, "train/tokens_per_s": n_tokens / max(seconds, 1e-9),
                      "train/micro_steps": plan.accum * len(plan.steps),
                      "train/optimizer_restored": int(restored), "train/processes": eng.world_size(),
-                     "train/lr": float(engine.optimizer.param_groups[0]["lr"])}
+                     "train/lr": float(engine.optimizer.param_groups[0]["lr"]),
+                     **memory.rank_memory(engine)}
     if stats["kl"]:
         extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
     if stats["replay_nll"]:

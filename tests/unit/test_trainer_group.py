@@ -1,0 +1,142 @@
+"""The trainer group's pieces that need no process group: `rl.processes` at the door, its place
+in the config hash, how the ranks' metrics make the step's, and a group whose rank dies at
+start-up being reported and shut down (not waited on)."""
+import subprocess
+import sys
+
+import pytest
+
+from flows.config import ConfigError, load_config
+from training import group
+from training.config import RLConfig
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "many", "true", "1.5"])
+def test_bad_process_count_is_refused_naming_the_field(value):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [f"rl.processes={value}"])
+    assert "rl.processes" in str(err.value)
+
+
+def test_cli_bad_process_count_exits_2(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "run", "--set", f"out_dir={tmp_path}",
+                           "--set", "rl.processes=0"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "rl.processes" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_process_count_is_where_the_update_runs_not_what_it_computes():
+    base = load_config("configs/default.yaml")
+    assert base.rl.processes == 1
+    assert base.hash() == "8fdcdb25db67"  # the pin in test_config.py, unchanged by the field
+    assert load_config("configs/default.yaml", ["rl.processes=4"]).hash() == base.hash()
+    assert load_config("configs/default.yaml", ["rl.processes=gpus"]).rl.processes == "gpus"
+
+
+def test_gpus_means_one_rank_per_local_device_and_one_without():
+    import torch
+
+    assert group.resolve_processes("gpus") == max(1, torch.cuda.device_count())
+    assert group.resolve_processes(3) == 3
+
+
+def test_step_metrics_sum_the_tokens_of_every_rank_over_the_slowest_rank():
+    def rank(tokens, seconds, peak, opt):
+        return {"metrics": {"train/loss": 0.5, "train/tokens": tokens, "train/seconds": seconds,
+                            "train/tokens_per_s": tokens / seconds, "train/processes": 2,
+                            "train/peak_mem_mb": peak, "train/optimizer_mb": opt,
+                            "train/params_mb": 1.0}}
+
+    out = group.combine([rank(300, 2.0, 500.0, 0.6), rank(100, 4.0, 520.0, 0.5)])
+    assert out["train/tokens"] == 400 and out["train/seconds"] == 4.0
+    assert out["train/tokens_per_s"] == 100.0
+    assert out["train/peak_mem_mb"] == 520.0 and out["train/optimizer_mb"] == 0.6
+    assert out["train/rank0/peak_mem_mb"] == 500.0 and out["train/rank1/optimizer_mb"] == 0.5
+    assert out["train/loss"] == 0.5  # one step: rank 0's figures
+
+
+def test_a_rank_that_dies_at_start_is_reported_and_the_group_shut_down(monkeypatch):
+    # A rank whose interpreter cannot start (a bad python) dies before its first reply.
+    monkeypatch.setattr(group.sys, "executable", "/bin/false")
+    with pytest.raises(group.RankFailure, match=r"rank \d of 2 died during the start"):
+        group.TrainerGroup(2, start_timeout_s=60)
+
+
+def test_one_process_runs_the_update_in_this_process(monkeypatch, tmp_path):
+    called = {}
+
+    def fake(*args):
+        called["args"] = args
+        return {"train/processes": 1}
+
+    import training.trainer
+
+    monkeypatch.setattr(training.trainer, "grpo_update", fake)
+    monkeypatch.setattr(group, "TrainerGroup", None)  # a group would fail to start
+    out = group.update(str(tmp_path), 0, [], None, RLConfig(), 1.0, 0)
+    assert out == {"train/processes": 1} and called["args"][1] == 0
+
+
+FAKE_RANK = '''
+import os, pickle, sys
+from multiprocessing.connection import Connection
+send, recv = Connection(os.dup(1), readable=False), Connection(os.dup(0), writable=False)
+rank = int(os.environ["RANK"])
+send.send({"rank": rank, "pid": os.getpid()})
+while True:
+    job = pickle.loads(recv.recv_bytes())
+    if job is None:
+        sys.exit(0)
+    if job.get("fail") == rank:
+        send.send({"error": "Traceback: ValueError: bad batch"})
+        sys.exit(1)
+    if job.get("die") == rank:
+        os._exit(3)
+    send.send({"rank": rank, "metrics": {"pid": os.getpid(), "version": job["version"]}})
+'''
+
+
+@pytest.fixture
+def fake_ranks(tmp_path, monkeypatch):
+    """Rank processes that speak the group's protocol without DeepSpeed: the supervisor alone."""
+    script = tmp_path / "fake_rank.py"
+    script.write_text(FAKE_RANK)
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(group.sys, "executable", str(exe))
+
+
+def test_the_group_stays_resident_across_jobs_and_reports_a_failing_rank(fake_ranks):
+    g = group.TrainerGroup(2, start_timeout_s=60)
+    try:
+        first = g.run({"version": 0})
+        second = g.run({"version": 1})
+        assert [r["metrics"]["pid"] for r in first] == [r["metrics"]["pid"] for r in second]
+        assert g.jobs == 2 and g.usable()
+        with pytest.raises(group.RankFailure, match="(?s)rank 1 of 2 failed .*bad batch"):
+            g.run({"version": 2, "fail": 1})
+        assert not g.alive()  # the survivor was shut down with it
+    finally:
+        g.close(force=True)
+
+
+def test_a_rank_that_dies_mid_job_is_reported_with_its_exit_code(fake_ranks):
+    g = group.TrainerGroup(2, start_timeout_s=60)
+    try:
+        with pytest.raises(group.RankFailure, match="rank 0 of 2 died during the update of "
+                                                    "version 5 \\(exit code 3\\)"):
+            g.run({"version": 5, "die": 0})
+        assert not g.alive()
+    finally:
+        g.close(force=True)
+
+
+def test_a_group_left_with_an_abandoned_job_is_replaced(fake_ranks):
+    first = group.group_of(2)
+    try:
+        first.busy = True  # as when a stage deadline cut the wait short
+        second = group.group_of(2)
+        assert second is not first and not first.alive() and second.usable()
+    finally:
+        group.close_group()
