@@ -27,13 +27,13 @@ from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s, step_many
-from flows.episodes import (Episode, episode_metrics, episode_rows, heldout_metrics, play,
-                            solved)
+from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
 from flows.parameters import config_dict, whole_config
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, _has_checkpoint, _stage, call_stage
+from flows.warm_start import agent_demos, probe_fn
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
@@ -60,7 +60,7 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
         env = src.environment()
         if env is not None and env.max_turns > 1:
             if getattr(env.config, "sft_demos", False):
-                demos += _demos(cfg, src, env, tasks)
+                demos += agent_demos(cfg, src, env, tasks)
             continue
         pairs += tasks
     probe = None
@@ -69,7 +69,7 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
         if not held:
             raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
                              "have references (the probe is drawn from them)")
-        probe = _probe(cfg, held)
+        probe = probe_fn(cfg, held)
     out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
                          cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None, probe=probe)
     if probe is not None:
@@ -77,64 +77,6 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     if demos:
         out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
     return out
-
-
-def _probe(cfg: RunConfig, tasks: list[Task]):
-    """model -> its greedy pass rate on `tasks`: played and graded as the held-out evaluation
-    plays its greedy episodes (the same environments and sandbox, the run's Dask cluster), from
-    the weights being trained (no checkpoint is written)."""
-    env = stages.env_of(cfg)
-    envs = [env(t) for t in tasks]
-    c, s = cfg.cluster, cfg.sampling
-
-    def passed(model) -> float:
-        client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-        tok = tokenizer_of(model)
-
-        def sample_fn(turn, contexts, _eps, max_new_tokens, k):
-            t = time.perf_counter()
-            out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
-                                 greedy=True, batch_size=s.batch_size, stop=tuple(s.stop))
-            return out, time.perf_counter() - t
-
-        def step_fn(turn, items):
-            return step_many(client, items, cfg.sandbox, cfg.rewards,
-                             timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
-
-        eps = play(tasks, envs, 1, cfg.policy.max_len, tok, s.max_new_tokens, sample_fn, step_fn)
-        return sum(bool(solved(e)) for e in eps) / len(eps)
-    return passed
-
-
-def _demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
-    """The agent kind's demonstrations: a naive first attempt through the real environment
-    (at least two turns, so the fix has one), then the fix."""
-    from envs.registry import make_env  # noqa: PLC0415
-    from flows.episodes import build_demos  # noqa: PLC0415
-    from tasks.families.edges import first_attempts  # noqa: PLC0415
-    from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
-    from training.policy import _split_gguf  # noqa: PLC0415
-
-    p = cfg.policy
-    if p.model_path is None:
-        tok = ByteTokenizer()
-    else:
-        from training.pretrained import resolve  # noqa: PLC0415
-
-        folder, gguf = _split_gguf(resolve(p.model_path))
-        tok = load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
-    demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
-    pc = env.config.procedural
-    naive = {} if src.file else first_attempts(pc.families, pc.difficulties, pc.tasks_per_family,
-                                               pc.seed, pc.sft_variants)
-    c = cfg.cluster
-    client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-
-    def step_fn(turn, items):
-        return step_many(client, items, cfg.sandbox, cfg.rewards,
-                         timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
-
-    return build_demos(tasks, naive, demo_env, tok, step_fn)
 
 
 @_stage("generate_tasks", timeout_s=600)
