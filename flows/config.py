@@ -151,6 +151,7 @@ class RunConfig(BaseModel):
         # `rl.processes` says on how many ranks the update runs, not what it computes (the same
         # step within float rounding): a run moved to more ranks resumes its finished stages.
         d["rl"].pop("processes", None)
+        d["rl"].pop("placement", None)
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)

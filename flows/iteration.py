@@ -154,9 +154,13 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                         reward=r["reward"], group_id=r["group_id"],
                         completion_mask=r.get("completion_mask")) for r in rows]
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
-    # On rl.processes ranks: this process for one, the resident trainer group for more.
+    # On rl.processes ranks: this process for one, the resident trainer group for more, its
+    # ranks placed on this machine or (rl.placement dask) on the rollouts' Dask workers.
+    c = cfg.cluster
+    client = dask_client(c.address, c.n_workers, c.threads_per_worker) \
+        if cfg.rl.placement == "dask" else None
     return trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                                cfg.sampling.temperature, cfg.seed, replay)
+                                cfg.sampling.temperature, cfg.seed, replay, client=client)
 
 
 @_stage("checkpoint", retries=2, timeout_s=600,
@@ -240,8 +244,8 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
             publish_iteration(cfg, it, metrics, log, baseline)
         final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
+        trainer_group.close_group()  # first: a group on Dask workers is stopped through them
         close_clients()
-        trainer_group.close_group()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
             "iterations": cfg.iterations}
 
@@ -417,7 +421,10 @@ def _update_line(it: int, m: dict) -> str:
     n = int(m.get("train/processes", 1))
     per = (lambda k: "/".join(f"{m.get(f'train/rank{r}/{k}', math.nan):.1f}" for r in range(n))
            ) if n > 1 else (lambda k: f"{m[f'train/{k}']:.1f}")
-    return (f"iteration {it} update: {n} rank(s), {m['train/tokens_per_s']:.0f} tokens/s; per "
+    where = (f" on {int(m['train/group_workers'])} Dask worker(s), "
+             f"{int(m['train/group_hosts'])} host(s)") if m.get("train/group_workers") else ""
+    return (f"iteration {it} update: {n} rank(s){where}, {m['train/tokens_per_s']:.0f} "
+            f"tokens/s; per "
             f"rank MB: peak {per('peak_mem_mb')}, optimizer state {per('optimizer_mb')}, "
             f"weights {per('params_mb')}")
 

@@ -161,8 +161,14 @@ class RLConfig(BaseModel):
         1, description="ranks of the update (data-parallel, gloo on CPU, NCCL on GPUs, one GPU a "
         "rank): 1 runs it in the flow's process; N > 1 on a resident group of N local processes "
         "that stay up between iterations (training/group.py); 'gpus': one rank per local CUDA "
-        "device (1 without one). The step is the same whatever the count (within float "
-        "rounding; replay draws differ per rank)")
+        "device (1 without one; with rl.placement 'dask', of every host of the cluster). The "
+        "step is the same whatever the count (within float rounding; replay draws differ per "
+        "rank)")
+    placement: Literal["local", "dask"] = Field(
+        "local", description="where the ranks run: 'local', child processes of the flow on this "
+        "machine; 'dask', processes started on the workers of the run's Dask cluster (the "
+        "rollouts' cluster: several nodes with `cluster.address`), spread evenly over them; the "
+        "run folder must then be on storage every host sees")
 
     @field_validator("processes", mode="before")
     @classmethod

@@ -1,21 +1,33 @@
 """The resident trainer group: the RL update on N ranks, from the flow's own process.
 
-Where the ranks live: N child processes of the flow process (the supervisor), one per rank,
-each started with the torch.distributed variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT) that the `deepspeed` launcher would give it, so `training.engine` joins the group
-the same way (gloo on CPU, NCCL on GPUs, one GPU per rank by LOCAL_RANK). They start on the
-first update that asks for them (`rl.processes`) and stay alive between iterations: the
-process group, DeepSpeed's imports and its CPU ops are set up once, and each iteration only
-sends the job. The job travels over the rank's stdin/stdout pipes (pickled), so nothing but
-the supervisor can talk to a rank; each rank runs the same `grpo_update` the single-process
-path runs, which reads version i from the checkpoint folder and publishes version i + 1 by an
-atomic rename: that is how the new policy comes back for sampling.
+Where the ranks live (`rl.placement`):
+- `local`: N child processes of the flow process (the supervisor), on this machine.
+- `dask`: processes started on the workers of the run's Dask cluster, the one the rollouts use,
+  so one distributed engine reaches every node: the ranks are spread evenly over the workers
+  (in address order), numbered `LOCAL_RANK` 0.. within each host (one GPU per rank by it).
+  The run folder must be on storage every host sees, as the checkpoints already must be for
+  the workers' rollouts; `MASTER_ADDR` is the host of rank 0's worker.
 
-A rank that dies (its pipe closes) or raises is detected while the supervisor waits; the whole
-group is killed (the survivors would hang in a collective), `RankFailure` is raised, and the
-`update_policy` stage's retry starts a fresh group that runs the update again from version i.
-The update writes nothing but the checkpoint of version i + 1, which appears whole or not at
-all, so a retry never writes anything twice; the trajectories were written by an earlier stage.
+Either way each rank is started with the torch.distributed variables (RANK, LOCAL_RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT) that the `deepspeed` launcher would give it, so
+`training.engine` joins the group the same way (gloo on CPU, NCCL on GPUs). The ranks start on
+the first update that asks for them and stay alive between iterations: the process group,
+DeepSpeed's imports and its CPU ops are set up once, and each iteration only sends the job.
+Every rank connects back to the supervisor over TCP (a listener on an address the ranks can
+reach, authenticated by a key made per group, so nothing but the supervisor can drive a rank)
+and the job travels pickled over that connection; the transport and the protocol are the same
+for both placements, only how a rank is started and killed differs. Each rank runs the same
+`grpo_update` the single-process path runs, which reads version i from the checkpoint folder
+and publishes version i + 1 by an atomic rename: that is how the new policy comes back for
+sampling.
+
+A rank that dies (its connection closes) or raises is detected while the supervisor waits; the
+whole group is killed (the survivors would hang in a collective), `RankFailure` is raised, and
+the `update_policy` stage's retry starts a fresh group that runs the update again from
+version i. The update writes nothing but the checkpoint of version i + 1, which appears whole
+or not at all, so a retry never writes anything twice; the trajectories were written by an
+earlier stage. A rank whose parent (the flow, or the Dask worker that started it) is gone
+exits by itself.
 
 `rl.processes: 1` (the default) never starts a group: the update runs in the flow's process,
 as it always has.
@@ -33,106 +45,273 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
-from dataclasses import asdict
-from multiprocessing.connection import Connection, wait
+from dataclasses import asdict, dataclass
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import (Client, Connection, answer_challenge, deliver_challenge,
+                                        wait)
 from pathlib import Path
 from typing import Sequence
 
 FAULT_ENV = "ROLLFORGE_FAULT_KILL_RANK"
+ADDR_ENV, KEY_ENV = "ROLLFORGE_GROUP_ADDR", "ROLLFORGE_GROUP_KEY"
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
 _REPO = Path(__file__).resolve().parent.parent
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "LOCAL_WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE")
+              "LOCAL_WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", ADDR_ENV, KEY_ENV)
+# Passed from the flow's environment to ranks on other hosts (a local rank inherits them all).
+_FORWARD = ("DS_ACCELERATOR", FAULT_ENV)
 
 
 class RankFailure(RuntimeError):
     """A rank of the trainer group died or raised; the group has been shut down."""
 
 
-def resolve_processes(processes: int | str) -> int:
-    """`rl.processes` as a rank count: "gpus" is every local CUDA device (one rank on CPU
-    when there is none)."""
-    if processes == "gpus":
+def resolve_processes(processes: int | str, client=None) -> int:
+    """`rl.processes` as a rank count: "gpus" is every CUDA device (one rank when there is
+    none): this machine's, or with a Dask `client` those of every host of its cluster."""
+    if processes != "gpus":
+        return int(processes)
+    if client is None:
         import torch
 
         return max(1, torch.cuda.device_count())
-    return int(processes)
+    hosts: dict[str, int] = {}
+    for facts in client.run(_worker_facts).values():
+        hosts[facts["host"]] = max(hosts.get(facts["host"], 0), facts["gpus"])
+    return max(1, sum(hosts.values()))
 
 
 def _free_port() -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
-def _rank_threads(world: int) -> int:
-    """Torch threads per rank: OMP_NUM_THREADS when the user set it, else the cores shared
-    out. Torch's default (every core in every rank) oversubscribes the CPU N times over."""
+def _host_of(address: str) -> str:
+    """'tcp://10.0.0.5:8786' -> '10.0.0.5' (also for tls:// and IPv6 in brackets)."""
+    rest = address.split("://", 1)[-1]
+    host = rest.rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
+def _rank_threads(ranks_here: int, cpus: int | None = None) -> int:
+    """Torch threads per rank: OMP_NUM_THREADS when the user set it, else the host's cores
+    shared out. Torch's default (every core in every rank) oversubscribes the CPU N times over."""
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         return max(1, int(os.environ["OMP_NUM_THREADS"]))
-    return max(1, (os.cpu_count() or 1) // world)
+    return max(1, (cpus or os.cpu_count() or 1) // ranks_here)
 
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one rank runs: a Dask worker's address (None: a child of this process), its host,
+    and its LOCAL_RANK among the ranks of that host."""
+    worker: str | None
+    host: str
+    local_rank: int
+    local_world: int
+    threads: int
+
+
+def plan(world: int, client=None) -> list[Slot]:
+    """Rank r's slot, for r in 0..world-1: all local without a client; else spread evenly over
+    the client's workers in address order (rank r on worker r mod W), numbered within hosts."""
+    if client is None:
+        threads = _rank_threads(world)
+        return [Slot(None, "127.0.0.1", r, world, threads) for r in range(world)]
+    facts = client.run(_worker_facts)
+    if not facts:
+        raise RankFailure("rl.placement='dask': the Dask cluster has no workers")
+    workers = sorted(facts)
+    where = [workers[r % len(workers)] for r in range(world)]
+    per_host: dict[str, int] = {}
+    for w in where:
+        per_host[facts[w]["host"]] = per_host.get(facts[w]["host"], 0) + 1
+    seen: dict[str, int] = {}
+    slots = []
+    for w in where:
+        host = facts[w]["host"]
+        slots.append(Slot(w, host, seen.get(host, 0), per_host[host],
+                          _rank_threads(per_host[host], facts[w]["cpus"])))
+        seen[host] = seen.get(host, 0) + 1
+    return slots
+
+
+def _reachable_ip(client) -> str:
+    """This machine's address on the route to the scheduler (loopback for a local cluster)."""
+    from distributed.utils import get_ip
+
+    return get_ip(_host_of(client.scheduler.address))
+
+
+# ---- run on the Dask workers (module functions: a worker imports rollforge anyway) --------
+
+_SPAWNED: dict[int, subprocess.Popen] = {}
+
+
+def _worker_facts(dask_worker=None) -> dict:
+    import torch
+
+    host = _host_of(dask_worker.address) if dask_worker is not None else "127.0.0.1"
+    return {"host": host, "cpus": os.cpu_count() or 1, "gpus": torch.cuda.device_count()}
+
+
+def _spawn(envs: list[dict]) -> list[int]:
+    """Start one rank per env on this host; their pids."""
+    pids = []
+    for extra in envs:
+        p = _popen({**_base_env(), **extra})
+        _SPAWNED[p.pid] = p
+        pids.append(p.pid)
+    return pids
+
+
+def _kill(pids: list[int]) -> None:
+    _end([p for p in map(_SPAWNED.pop, pids, [None] * len(pids)) if p is not None])
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    """Kill what still runs of `procs` (each its whole session), and reap them all."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        p.wait()
+
+
+def _base_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
+    # This checkout first: an installed copy of rollforge elsewhere must not serve a rank.
+    path = [str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
+
+
+def _popen(env: dict) -> subprocess.Popen:
+    # Its own session: a Ctrl-C in the terminal reaches the flow, which closes the group; the
+    # ranks never print a KeyboardInterrupt each. stdin is not theirs to read.
+    return subprocess.Popen([sys.executable, "-m", "training.group", "--rank-main"],
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+
+# ---- the supervisor ----------------------------------------------------------------------
 
 class TrainerGroup:
-    """N resident rank processes on this machine, driven by `run(job)`."""
+    """N resident rank processes (local, or on a Dask cluster's workers), driven by
+    `run(job)`."""
 
-    def __init__(self, world: int, start_timeout_s: float = START_TIMEOUT_S):
+    def __init__(self, world: int, client=None, start_timeout_s: float = START_TIMEOUT_S):
         if world < 1:
             raise ValueError(f"rl.processes={world}: expected at least 1")
         self.world = world
+        self.client = client
+        self.placement = "local" if client is None else "dask"
+        self.key = (world, None if client is None else client.scheduler.address)
         self.jobs = 0  # jobs this group has finished (resident: one per iteration)
         # Set while a job is out: a wait cut short (a stage deadline, Ctrl-C) leaves the ranks
         # on a job whose reply would be taken for the next one's, so such a group is replaced.
         self.busy = False
-        self.procs: list[subprocess.Popen] = []
-        self._send: list[Connection] = []
-        self._recv: list[Connection] = []
-        self._start(start_timeout_s)
+        self.procs: list[subprocess.Popen] = []  # local placement
+        self.remote: dict[str, list[int]] = {}  # dask placement: worker -> pids
+        self.conns: list[Connection] = []
+        self.slots: list[Slot] = []
+        try:
+            self._start(start_timeout_s)
+        except BaseException:
+            self.close(force=True)
+            raise
 
     def _start(self, timeout_s: float) -> None:
-        threads = _rank_threads(self.world)
-        base = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
-        # This checkout first: an installed copy of rollforge elsewhere must not serve a rank.
-        path = [str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-                    WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE=str(self.world),
-                    OMP_NUM_THREADS=str(threads), PYTHONPATH=os.pathsep.join(path))
-        for r in range(self.world):
-            env = {**base, "RANK": str(r), "LOCAL_RANK": str(r)}
-            # Its own session: a Ctrl-C in the terminal reaches the flow, which closes the group;
-            # the ranks never print a KeyboardInterrupt each.
-            p = subprocess.Popen([sys.executable, "-m", "training.group", "--rank-main"],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                 cwd=os.getcwd(), start_new_session=True)
-            self.procs.append(p)
-            self._send.append(Connection(os.dup(p.stdin.fileno()), readable=False))
-            self._recv.append(Connection(os.dup(p.stdout.fileno()), writable=False))
-            p.stdin.close()
-            p.stdout.close()
+        self.slots = plan(self.world, self.client)
+        me = "127.0.0.1" if self.client is None else _reachable_ip(self.client)
+        authkey = os.urandom(32)
+        server = socket.create_server((me, 0), backlog=max(16, self.world))
+        server.settimeout(1.0)  # accept wakes every second to look for ranks that died
+        if self.client is None:
+            master_port = _free_port()
+        else:
+            w0 = self.slots[0].worker
+            master_port = self.client.run(_free_port, workers=[w0])[w0]
+        common = {"MASTER_ADDR": self.slots[0].host, "MASTER_PORT": str(master_port),
+                  "WORLD_SIZE": str(self.world), ADDR_ENV: f"{me}:{server.getsockname()[1]}",
+                  KEY_ENV: authkey.hex()}
+        if self.client is not None:
+            common.update({k: os.environ[k] for k in _FORWARD if k in os.environ})
+        envs = [{**common, "RANK": str(r), "LOCAL_RANK": str(s.local_rank),
+                 "LOCAL_WORLD_SIZE": str(s.local_world), "OMP_NUM_THREADS": str(s.threads)}
+                for r, s in enumerate(self.slots)]
+        try:
+            if self.client is None:
+                base = _base_env()
+                self.procs = [_popen({**base, **e}) for e in envs]
+            else:
+                by_worker: dict[str, list[int]] = {}
+                for r, s in enumerate(self.slots):
+                    by_worker.setdefault(s.worker, []).append(r)
+                for w, ranks in by_worker.items():
+                    pids = self.client.run(_spawn, [envs[r] for r in ranks], workers=[w])[w]
+                    self.remote[w] = pids
+            self.conns = self._connect(server, authkey, timeout_s)
+        finally:
+            server.close()
         self.ready = self._gather(timeout_s, "start")
+
+    def _connect(self, server: socket.socket, authkey: bytes, timeout_s: float) -> list:
+        """Every rank's connection, in rank order: each proves it holds the group's key (the
+        handshake of `multiprocessing.connection`) and says its rank first."""
+        conns: dict[int, Connection] = {}
+        deadline = time.monotonic() + timeout_s
+        while len(conns) < self.world:
+            try:
+                sock, _ = server.accept()
+            except TimeoutError:
+                dead = [r for r, p in enumerate(self.procs) if p.poll() is not None]
+                if dead:
+                    raise RankFailure(f"trainer group: rank {dead[0]} of {self.world} died "
+                                      f"during the start ({_how(self.procs[dead[0]].returncode)})"
+                                      "; the group was shut down")
+                if time.monotonic() > deadline:
+                    missing = sorted(set(range(self.world)) - set(conns))
+                    raise RankFailure(f"trainer group ({self.world} ranks, {self.placement}): "
+                                      f"ranks {missing} did not connect within {timeout_s:g}s")
+                continue
+            sock.settimeout(None)  # a Connection reads a blocking descriptor
+            c = Connection(sock.detach())
+            try:
+                deliver_challenge(c, authkey)
+                answer_challenge(c, authkey)
+                hello = c.recv()
+            except (AuthenticationError, EOFError, OSError):
+                c.close()  # not one of ours
+                continue
+            conns[int(hello["rank"])] = c
+        return [conns[r] for r in range(self.world)]
 
     def _gather(self, timeout_s: float | None, what: str) -> list[dict]:
         """One reply from every rank, or RankFailure as soon as one dies or raises."""
         replies: dict[int, dict] = {}
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        pending = {c: r for r, c in enumerate(self._recv)}
+        pending = {c: r for r, c in enumerate(self.conns)}
         while pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             ready = wait(list(pending), timeout=left)
             if not ready:
                 self.close(force=True)
-                raise RankFailure(f"trainer group ({self.world} ranks): no {what} reply from "
-                                  f"ranks {sorted(pending.values())} within {timeout_s:g}s")
+                raise RankFailure(f"trainer group: no {what} reply from ranks "
+                                  f"{sorted(pending.values())} of {self.world} within "
+                                  f"{timeout_s:g}s")
             for c in ready:
                 r = pending.pop(c)
                 try:
                     msg = c.recv()
                 except (EOFError, OSError):
-                    code = self.procs[r].wait()
+                    how = self._exit_of(r)
                     self.close(force=True)
-                    how = f"killed by signal {-code}" if code < 0 else f"exit code {code}"
                     raise RankFailure(f"trainer group: rank {r} of {self.world} died during the "
                                       f"{what} ({how}); the group was shut down") from None
                 if "error" in msg:
@@ -142,8 +321,19 @@ class TrainerGroup:
                 replies[r] = msg
         return [replies[r] for r in range(self.world)]
 
+    def _exit_of(self, r: int) -> str:
+        if self.procs:
+            return _how(self.procs[r].wait())
+        return f"its connection closed; it ran on Dask worker {self.slots[r].worker}"
+
     def alive(self) -> bool:
-        return bool(self.procs) and all(p.poll() is None for p in self.procs)
+        """Every rank still connected and silent between jobs (a closed connection reads as
+        ready, as does a rank that wrote out of turn: neither group can take a job)."""
+        if not self.conns or any(c.closed for c in self.conns):
+            return False
+        if self.procs and any(p.poll() is not None for p in self.procs):
+            return False
+        return self.busy or not wait(self.conns, timeout=0)
 
     def usable(self) -> bool:
         """Alive and not left holding a job nobody waits for."""
@@ -156,7 +346,7 @@ class TrainerGroup:
                               "abandoned)")
         blob = pickle.dumps(job)
         self.busy = True
-        for c in self._send:
+        for c in self.conns:
             try:
                 c.send_bytes(blob)
             except OSError:
@@ -170,7 +360,7 @@ class TrainerGroup:
         """Stop the ranks: asked to leave the process group together, or (`force`, or when
         they do not stop within a minute) killed."""
         if not force:
-            for c in self._send:
+            for c in self.conns:
                 try:
                     c.send_bytes(pickle.dumps(None))
                 except OSError:
@@ -181,39 +371,50 @@ class TrainerGroup:
                     p.wait(timeout=max(0.1, end - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     pass
-        for p in self.procs:
-            if p.poll() is None:
+            # A remote rank that leaves closes its connection: wait for that, then reap it.
+            for c in self.conns:
                 try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
+                    if wait([c], timeout=max(0.1, end - time.monotonic())):
+                        c.recv_bytes()
+                except (EOFError, OSError):
                     pass
-                p.wait()
-        for c in self._send + self._recv:
+        _end(self.procs)
+        for w, pids in self.remote.items():
+            try:
+                self.client.run(_kill, pids, workers=[w])
+            except Exception:  # the worker is gone, and its ranks with it (they watch it)
+                pass
+        for c in self.conns:
             c.close()
-        self.procs, self._send, self._recv = [], [], []
+        self.procs, self.remote, self.conns = [], {}, []
+
+
+def _how(code: int) -> str:
+    return f"killed by signal {-code}" if code < 0 else f"exit code {code}"
 
 
 _GROUP: TrainerGroup | None = None
 STARTS = {"count": 0}  # groups started by this process (a restart after a failure counts)
 
 
-def group_of(world: int) -> TrainerGroup:
-    """The resident group of `world` ranks: the running one, or a fresh one (after a failure,
-    or when the rank count changed)."""
+def group_of(world: int, client=None) -> TrainerGroup:
+    """The resident group of `world` ranks placed by `client` (None: local): the running one,
+    or a fresh one (after a failure, or when the rank count or cluster changed)."""
     global _GROUP
-    if _GROUP is not None and (_GROUP.world != world or not _GROUP.usable()):
+    key = (world, None if client is None else client.scheduler.address)
+    if _GROUP is not None and (_GROUP.key != key or not _GROUP.usable()):
         _GROUP.close(force=not _GROUP.usable())
         _GROUP = None
     if _GROUP is None:
         if not STARTS["count"]:  # a caller outside the flow may never call close_group
             atexit.register(close_group)
-        _GROUP = TrainerGroup(world)
+        _GROUP = TrainerGroup(world, client)
         STARTS["count"] += 1
     return _GROUP
 
 
 def close_group() -> None:
-    """Stop the resident group, if any (the flow does at its end)."""
+    """Stop the resident group, if any (the flow does at its end, before its Dask client)."""
     global _GROUP
     if _GROUP is not None:
         _GROUP.close(force=not _GROUP.usable())
@@ -238,16 +439,20 @@ def combine(replies: list[dict]) -> dict:
 
 
 def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperature: float,
-           seed: int, replay: Sequence[tuple[str, str]] = ()) -> dict:
+           seed: int, replay: Sequence[tuple[str, str]] = (), client=None) -> dict:
     """One RL update (version -> version + 1) on `rl.processes` ranks: in this process for one
-    (today's path, unchanged), on the resident group for more. Same arguments as `grpo_update`."""
-    world = resolve_processes(rl.processes)
-    if world == 1:
+    (today's path, unchanged), on the resident group for more, placed by `rl.placement` (with
+    `dask`, on the workers of `client`). Same arguments as `grpo_update`."""
+    client = client if rl.placement == "dask" else None
+    if rl.placement == "dask" and client is None:
+        raise ValueError("rl.placement='dask' needs the run's Dask client")
+    world = resolve_processes(rl.processes, client)
+    if world == 1 and client is None:
         from training.trainer import grpo_update
 
         return grpo_update(run_dir, version, list(samples), policy, rl, temperature, seed, replay)
-    group = group_of(world)
-    job = {"run_dir": str(run_dir), "version": int(version),
+    group = group_of(world, client)
+    job = {"run_dir": str(Path(run_dir).resolve()), "version": int(version),
            "samples": [asdict(s) for s in samples], "policy": policy.model_dump(),
            "rl": rl.model_dump(), "temperature": float(temperature), "seed": int(seed),
            "replay": [tuple(p) for p in replay]}
@@ -257,10 +462,32 @@ def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperatur
         close_group()
         raise
     return {**combine(replies), "train/group_starts": STARTS["count"],
-            "train/group_jobs": group.jobs}
+            "train/group_jobs": group.jobs,
+            "train/group_hosts": len({s.host for s in group.slots}),
+            "train/group_workers": len({s.worker for s in group.slots} - {None})}
 
 
 # ---- the rank side -------------------------------------------------------------------------
+
+def connect_supervisor() -> Connection:
+    """A rank's connection to its supervisor (from the variables the group started it with);
+    the first message says which rank this is. The rank exits when its parent is gone."""
+    host, port = os.environ[ADDR_ENV].rsplit(":", 1)
+    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[KEY_ENV]))
+    conn.send({"rank": int(os.environ["RANK"]), "pid": os.getpid()})
+    parent = os.getppid()
+
+    def watch():
+        # A rank inside a collective never reads its connection, so it would outlive a dead
+        # supervisor or Dask worker by as long as gloo's timeout; its parent's exit ends it.
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="rank-parent-watch").start()
+    return conn
+
 
 def _arm_fault(version: int) -> None:
     """The test hook of the module docstring."""
@@ -283,10 +510,9 @@ def _arm_fault(version: int) -> None:
 
 
 def _rank_main() -> int:
-    # The pipes carry the protocol; anything else printed (DeepSpeed's logs, progress lines)
-    # goes to stderr, which the rank shares with the flow's terminal.
-    send = Connection(os.dup(1), readable=False)
-    recv = Connection(os.dup(0), writable=False)
+    conn = connect_supervisor()
+    # DeepSpeed's logs and progress lines go to stderr, which the rank shares with the flow's
+    # terminal (or its Dask worker's log).
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     from flows.env import apply_defaults
@@ -304,13 +530,14 @@ def _rank_main() -> int:
     try:
         eng.setup_distributed()
     except BaseException:
-        send.send({"error": traceback.format_exc()})
+        conn.send({"error": traceback.format_exc()})
         return 1
-    send.send({"rank": eng.rank(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+    conn.send({"rank": eng.rank(), "pid": os.getpid(), "host": socket.gethostname(),
+               "threads": torch.get_num_threads(),
                "backend": "nccl" if torch.cuda.is_available() else "gloo"})
     while True:
         try:
-            job = pickle.loads(recv.recv_bytes())
+            job = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):  # the supervisor is gone
             return 1
         if job is None:
@@ -322,9 +549,9 @@ def _rank_main() -> int:
             metrics = grpo_update(job["run_dir"], job["version"], samples,
                                   PolicyConfig(**job["policy"]), RLConfig(**job["rl"]),
                                   job["temperature"], job["seed"], job["replay"])
-            send.send({"rank": eng.rank(), "metrics": metrics})
+            conn.send({"rank": eng.rank(), "metrics": metrics})
         except BaseException:
-            send.send({"error": traceback.format_exc()})
+            conn.send({"error": traceback.format_exc()})
             return 1
 
 

@@ -60,6 +60,16 @@ def runs(tmp_path_factory):
     return one, two, marker
 
 
+@pytest.fixture(scope="module")
+def on_dask(runs, tmp_path_factory):
+    """The same run with its 2 ranks started on the run's 2 Dask workers, rank 0 killed."""
+    tmp = tmp_path_factory.mktemp("ranks_dask")
+    marker = tmp / "killed"
+    run = _run(tmp / "dask", _tasks(tmp / "none.jsonl"), "rl.processes=2", "rl.placement=dask",
+               env={FAULT_ENV: f"0:0:{marker}"})
+    return run, marker
+
+
 def _weights(run: Path, version: int) -> dict:
     return load_policy(str(checkpoints.checkpoint_dir(str(run), version) / "model")).state_dict()
 
@@ -106,3 +116,24 @@ def test_a_rank_killed_mid_update_is_recovered_with_no_row_duplicated_or_lost(ru
     assert m2.loc[0, "train/group_starts"] == 2 and m2.loc[1, "train/group_starts"] == 2
     assert m2.loc[0, "train/group_jobs"] == 1 and m2.loc[1, "train/group_jobs"] == 2
     assert checkpoints.versions(str(two))[-1] == 2
+
+
+def test_ranks_on_the_dask_workers_give_the_same_policy_and_survive_a_kill(runs, on_dask):
+    one = runs[0]
+    run, marker = on_dask
+    assert marker.is_file(), "the fault was never injected"
+    m = read_metrics(str(run)).set_index("iteration")
+    assert list(m["train/processes"]) == [2, 2]
+    # one rank on each of the run's two Dask workers (one host: this machine)
+    assert list(m["train/group_workers"]) == [2, 2] and list(m["train/group_hosts"]) == [1, 1]
+    assert m.loc[0, "train/group_starts"] == 2 and m.loc[1, "train/group_jobs"] == 2
+    journal = [json.loads(line) for line in (run / "stages.jsonl").read_text().splitlines()]
+    failed = [j for j in journal if j["stage"] == "update_policy" and j["event"] == "failed"]
+    assert len(failed) == 1 and "rank 0 of 2 died" in failed[0]["error"]
+    assert finished_iterations(str(run)) == [0, 1]
+    key = ["iteration", "group_id", "sample_index"]
+    assert not read_trajectories(str(run)).duplicated(key).any()
+    w0, a, b = _weights(one, 0), _weights(one, 1), _weights(run, 1)
+    moved = max((a[k] - w0[k]).abs().max().item() for k in a)
+    diff = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert moved > 1e-4 and diff < 0.01 * moved, (diff, moved)

@@ -3,6 +3,7 @@ in the config hash, how the ranks' metrics make the step's, and a group whose ra
 start-up being reported and shut down (not waited on)."""
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -79,8 +80,8 @@ def test_one_process_runs_the_update_in_this_process(monkeypatch, tmp_path):
 
 FAKE_RANK = '''
 import os, pickle, sys
-from multiprocessing.connection import Connection
-send, recv = Connection(os.dup(1), readable=False), Connection(os.dup(0), writable=False)
+from training.group import connect_supervisor
+send = recv = connect_supervisor()
 rank = int(os.environ["RANK"])
 send.send({"rank": rank, "pid": os.getpid()})
 while True:
@@ -140,3 +141,111 @@ def test_a_group_left_with_an_abandoned_job_is_replaced(fake_ranks):
         assert second is not first and not first.alive() and second.usable()
     finally:
         group.close_group()
+
+
+class _Facts:
+    """A client whose workers report these facts (what `plan` asks a cluster)."""
+
+    def __init__(self, facts):
+        self.facts = facts
+
+    def run(self, fn, *args, **kwargs):
+        assert fn is group._worker_facts
+        return self.facts
+
+
+def test_ranks_spread_evenly_over_the_workers_numbered_within_each_host(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    facts = {"tcp://10.0.0.2:9001": {"host": "10.0.0.2", "cpus": 32, "gpus": 0},
+             "tcp://10.0.0.1:9001": {"host": "10.0.0.1", "cpus": 16, "gpus": 0},
+             "tcp://10.0.0.1:9002": {"host": "10.0.0.1", "cpus": 16, "gpus": 0}}
+    slots = group.plan(6, _Facts(facts))
+    assert [s.worker for s in slots] == ["tcp://10.0.0.1:9001", "tcp://10.0.0.1:9002",
+                                         "tcp://10.0.0.2:9001"] * 2
+    assert [(s.host, s.local_rank, s.local_world) for s in slots] == [
+        ("10.0.0.1", 0, 4), ("10.0.0.1", 1, 4), ("10.0.0.2", 0, 2),
+        ("10.0.0.1", 2, 4), ("10.0.0.1", 3, 4), ("10.0.0.2", 1, 2)]
+    # the host's cores shared by its ranks, unless the user said how many threads
+    assert [s.threads for s in slots] == [4, 4, 16, 4, 4, 16]
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert {s.threads for s in group.plan(6, _Facts(facts))} == {3}
+
+
+def test_gpus_on_a_cluster_counts_each_hosts_devices_once():
+    # two workers on one 8-GPU host both see its 8 devices: 8 ranks there, not 16
+    facts = {"tcp://a:1": {"host": "a", "cpus": 8, "gpus": 8},
+             "tcp://a:2": {"host": "a", "cpus": 8, "gpus": 8},
+             "tcp://b:1": {"host": "b", "cpus": 8, "gpus": 4}}
+    assert group.resolve_processes("gpus", _Facts(facts)) == 12
+    assert group.resolve_processes("gpus", _Facts({"tcp://c:1": {"host": "c", "cpus": 2,
+                                                                 "gpus": 0}})) == 1
+
+
+def test_a_cluster_without_workers_is_refused():
+    with pytest.raises(group.RankFailure, match="no workers"):
+        group.plan(2, _Facts({}))
+
+
+@pytest.fixture
+def threads_cluster():
+    """Two Dask workers in this process (so they start the fake ranks too), over TCP on
+    loopback like a cluster's."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, protocol="tcp",
+                      host="127.0.0.1", dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        yield client
+
+
+def test_ranks_on_dask_workers_run_jobs_and_a_death_shuts_the_group(fake_ranks, threads_cluster):
+    client = threads_cluster
+    g = group.TrainerGroup(2, client, start_timeout_s=60)
+    try:
+        assert g.placement == "dask" and not g.procs
+        assert sorted(g.remote) == sorted(client.scheduler_info()["workers"])
+        first = g.run({"version": 0})
+        second = g.run({"version": 1})
+        assert [r["metrics"]["pid"] for r in first] == [r["metrics"]["pid"] for r in second]
+        pids = [r["metrics"]["pid"] for r in first]
+        assert set(pids) == set(group._SPAWNED)  # started by the workers, in their process
+        with pytest.raises(group.RankFailure, match="rank 1 of 2 died during the update of "
+                                                    "version 2 .*Dask worker tcp://"):
+            g.run({"version": 2, "die": 1})
+        assert not g.alive() and not group._SPAWNED  # the survivor killed, both reaped
+    finally:
+        g.close(force=True)
+
+
+def test_a_stranger_without_the_key_cannot_join_the_group(fake_ranks, monkeypatch):
+    """The listener takes only connections that prove the group's key."""
+    from multiprocessing.connection import Client
+
+    real_popen = group._popen
+
+    refused = []
+
+    def knock(host, port):
+        try:
+            Client((host, int(port)), authkey=b"not the key")
+        except Exception as exc:  # refused by the handshake
+            refused.append(exc)
+
+    def popen_and_knock(env):
+        # the stranger knocks first, while the supervisor is still starting the ranks
+        t = threading.Thread(target=knock, args=env[group.ADDR_ENV].rsplit(":", 1))
+        t.start()
+        knockers.append(t)
+        return real_popen(env)
+
+    knockers = []
+
+    monkeypatch.setattr(group, "_popen", popen_and_knock)
+    g = group.TrainerGroup(2, start_timeout_s=60)
+    try:
+        assert [r["metrics"]["version"] for r in g.run({"version": 7})] == [7, 7]
+        for t in knockers:
+            t.join(timeout=30)
+        assert len(refused) == 2, refused
+    finally:
+        g.close(force=True)
