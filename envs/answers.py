@@ -10,6 +10,8 @@ import ast
 import re
 import textwrap
 
+from rewards import pyast
+
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*$", re.M)
 # Top-level statements an answer keeps: what defines things. Calls, prints, asserts and
 # `if __name__ == "__main__":` demos are the model showing its work, not the solution.
@@ -19,7 +21,7 @@ _KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.
 
 def _parses(source: str) -> bool:
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError):
         return False
     return True
@@ -57,14 +59,14 @@ def _longest_parsing_prefix(code: str) -> str | None:
 
 def _returns(body: str) -> bool:
     try:
-        tree = ast.parse("def _f():\n" + textwrap.indent(body, "    "))
+        tree = pyast.parse("def _f():\n" + textwrap.indent(body, "    "))
     except (SyntaxError, ValueError):
         return False
     return any(isinstance(n, (ast.Return, ast.Yield)) for n in ast.walk(tree))
 
 
 def _definitions(code: str) -> str:
-    tree = ast.parse(code)
+    tree = pyast.parse(code)
     lines = code.splitlines()
     kept = []
     for node in tree.body:

@@ -3,10 +3,10 @@ the sandbox against the candidate module; the verifier, its payload and its thre
 rewards/testfile_tests.py, the grader's pytest plugin in rewards/testfile_plugin.py."""
 from __future__ import annotations
 
-import ast
 from dataclasses import replace
 
 from envs.base import SingleTurnEnv
+from rewards import pyast
 from rewards.io_tests import TestReport
 from rewards.static_checks import StaticReport, check_static
 from rewards.testfile_tests import (TestFilePayload, payload_problems, run_test_file,
@@ -37,7 +37,7 @@ class TestFileEnv(SingleTurnEnv):
             return bad
         if task.reference is not None:
             try:
-                ast.parse(solution_source(task, task.reference))
+                pyast.parse(solution_source(task, task.reference))
             except (SyntaxError, ValueError) as exc:
                 return [f"field 'reference': does not parse with the prompt: {exc}"]
         return []

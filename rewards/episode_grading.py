@@ -6,10 +6,10 @@ Only that one file's text is taken; every other file the agent wrote (a fake `ha
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 from typing import Callable, Mapping
 
+from rewards import pyast
 from rewards.aggregate import RewardConfig
 from rewards.score import score
 from sandbox.base import Limits, Sandbox
@@ -29,7 +29,7 @@ def completion_from_file(task: Task, source: str) -> str:
         return source[len(task.prompt):]
     for candidate in (source, "    pass\n" + source):
         try:
-            ast.parse(task.prompt + candidate)
+            pyast.parse(task.prompt + candidate)
             return candidate
         except (SyntaxError, ValueError):
             continue

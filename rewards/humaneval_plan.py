@@ -27,7 +27,7 @@ import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewards import wire
+from rewards import pyast, wire
 
 
 class Unplannable(ValueError):
@@ -217,7 +217,7 @@ def _seeded_import(seed: int):
 
 def plan_check(prompt: str, test_source: str, entry_point: str) -> Plan:
     """Run the test's planning pass; raise Unplannable if its verdict can't be kept outside."""
-    tree = ast.parse(test_source)
+    tree = pyast.parse(test_source)
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1:
         raise Unplannable("test has no `def check(candidate)`")

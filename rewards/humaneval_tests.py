@@ -10,11 +10,11 @@ single `TestCase` as `expected={"humaneval_test": <source of the test module>}`.
 """
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import replace
 from typing import Sequence
 
+from rewards import pyast
 from rewards.humaneval_harness import HARNESS_SOURCE
 from rewards.humaneval_plan import Plan, Unplannable, cached_plan, judge
 from rewards.io_tests import Outcome, TestReport, missing_outcome, program_source
@@ -53,7 +53,7 @@ def run_humaneval_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, lim
     for k, ((task, completion), plan) in enumerate(zip(items, plans)):
         source = program_source(task, completion)
         try:
-            ast.parse(source)
+            pyast.parse(source)
         except (SyntaxError, ValueError):
             n = len(plan.asserts)
             reports[k] = TestReport(("error",) * n, ("SyntaxError",) * n, "syntax_error", None,

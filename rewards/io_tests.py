@@ -1,12 +1,12 @@
 """Input/output unit tests with per-test outcomes, run in a sandbox and compared outside it."""
 from __future__ import annotations
 
-import ast
 import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from rewards import pyast
 from rewards.harness import HARNESS_SOURCE
 from rewards.records import parse_records
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -64,7 +64,7 @@ def run_io_tests(task: Task, completion: str, sandbox: Sandbox, limits: Limits,
     n = len(task.tests)
     source = program_source(task, completion)
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError):
         return TestReport(("error",) * n, ("SyntaxError",) * n, "syntax_error", None)
     expected = [json.loads(json.dumps(t.expected)) for t in task.tests]  # tuples -> lists

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from pyflakes.checker import Builtin, Checker
 
+from rewards import pyast
 from rewards.records import imitates_a_record
 
 _BUILTIN_TYPES = {"int", "float", "str", "bool", "list", "tuple", "dict", "set", "frozenset",
@@ -77,7 +78,7 @@ def _dotted(node: ast.AST) -> str | None:
 def check_static(prompt: str, completion: str) -> StaticReport:
     source = prompt + completion
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return StaticReport(False, (), (), ())
     first = prompt.count("\n") + 1  # lines from here on are the completion's

@@ -12,6 +12,8 @@ import copy
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from rewards import pyast
+
 _FLIP = {ast.Lt: ast.GtE, ast.GtE: ast.Lt, ast.Gt: ast.LtE, ast.LtE: ast.Gt, ast.Eq: ast.NotEq,
          ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn,
          ast.NotIn: ast.In}
@@ -165,7 +167,7 @@ def _splice(lines: list[bytes], node: ast.AST, text: str) -> str:
 def mutants(path: str, source: str) -> Iterator[Mutant]:
     """Every single-site mutant of the module, in source order then family order. Only nodes
     on one line are changed (the diff stays a one-line change), and the result must compile."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     for m in ast.walk(tree):  # the tests of `if` statements are the remove_branch sites
         if isinstance(m, ast.If):
             m.test._rf_if_test = True  # type: ignore[attr-defined]
