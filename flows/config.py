@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envs.agent import EpisodeConfig
 from envs.sources import SourceConfig
@@ -79,6 +79,28 @@ class ClusterConfig(BaseModel):
     shard_size: int = Field(64, ge=1, description="rollouts per Prefect task (one shard)")
 
 
+class ThreadsConfig(BaseModel):
+    """The CPU budget of a run. The flow's process runs the model (warm start, sampling, the
+    one-rank update) with `torch` threads; the Dask workers run `cluster.n_workers x
+    cluster.threads_per_worker` sandboxes at a time, in the rollout stages, between the
+    model's stages; a trainer group's ranks share their host's cores (training/group.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    torch: int | Literal["auto"] = Field(
+        "auto", description="torch threads of the flow's process: 'auto' takes the cores other "
+        "processes leave free, measured before each model stage and during the long ones (at "
+        "most OMP_NUM_THREADS when set), so a busy neighbour costs a core instead of stalling "
+        "every op (training/threads.py); N: always N (the same float rounding on any load)")
+
+    @field_validator("torch", mode="before")
+    @classmethod
+    def _torch(cls, v):
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"threads.torch={v!r}: expected a thread count >= 1 or 'auto'")
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -113,6 +135,8 @@ class RunConfig(BaseModel):
                          "rate, clipping, KL penalty, DeepSpeed")
     episodes: EpisodeConfig = Field(EpisodeConfig(), description="multi-turn agent episodes "
                                     "(off by default)")
+    threads: ThreadsConfig = Field(ThreadsConfig(), description="the CPU budget: torch "
+                                   "threads of the flow's process")
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
@@ -152,6 +176,8 @@ class RunConfig(BaseModel):
         # step within float rounding): a run moved to more ranks resumes its finished stages.
         d["rl"].pop("processes", None)
         d["rl"].pop("placement", None)
+        # How many threads compute a step changes its float rounding only, like the rank count.
+        d.pop("threads", None)
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)

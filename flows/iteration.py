@@ -38,6 +38,7 @@ from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
+from training import threads as torch_threads
 from training.episodes import sample_actions
 from training.generate import Sample
 from training.policy import tokenizer_of
@@ -70,8 +71,10 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
             raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
                              "have references (the probe is drawn from them)")
         probe = probe_fn(cfg, held)
+    chosen = torch_threads.apply(cfg.threads.torch)
     out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
                          cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None, probe=probe)
+    out["sft/threads_at_start"] = chosen["threads/torch"]
     if probe is not None:
         out["sft/probe_tasks"] = len(held)
     if demos:
@@ -99,6 +102,7 @@ def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int
                        greedy: bool) -> tuple[list[Sample], float]:
     """The next action of every live episode of a round's turn, in batches, where the policy
     lives (this process)."""
+    torch_threads.apply(cfg.threads.torch)
     model = policy_for_sampling(cfg.run_dir, version)
     s = cfg.sampling
     gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
@@ -159,8 +163,10 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker) \
         if cfg.rl.placement == "dask" else None
-    return trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                                cfg.sampling.temperature, cfg.seed, replay, client=client)
+    chosen = torch_threads.apply(cfg.threads.torch)
+    out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
+                               cfg.sampling.temperature, cfg.seed, replay, client=client)
+    return {**out, **chosen}
 
 
 @_stage("checkpoint", retries=2, timeout_s=600,

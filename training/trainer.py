@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from rewards.advantages import advantages_for
-from training import checkpoints, memory
+from training import checkpoints, memory, threads
 from training import engine as eng
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
@@ -186,6 +186,8 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     with Progress("sft warm start", end(), "steps", start=first, enabled=rank == 0) as shown:
         step = first
         while step < min(end(), sft.steps if stop_after is None else stop_after):
+            if step % 25 == 0:  # before a probe, whose rollouts would read as a neighbour
+                threads.retune()
             batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
             mine = batch[rank::world]
             b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
@@ -347,6 +349,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     replay_rng = random.Random(f"replay:{seed}:{version}:{eng.rank()}")
     replay_on = rl.replay_coef > 0
     for e, epoch in enumerate(plan.steps):
+        threads.retune()  # an update can be minutes long: follow a neighbour that came or went
         shown = Progress(f"rl update v{version} -> v{version + 1}, epoch {e + 1}/{len(plan.steps)}",
                          len(epoch), "micro-batches", enabled=eng.rank() == 0)
         for mb in shown.over(epoch):

@@ -84,7 +84,7 @@ def test_the_train_form_is_the_typed_config_with_the_config_files_values():
     defs = _defs(schema)
     sections = {k for k, f in RunConfig.model_fields.items() if isinstance(f.default, BaseModel)}
     assert sections == {"tasks", "cluster", "sandbox", "rewards", "policy", "sampling", "sft",
-                        "rl", "episodes"}
+                        "rl", "episodes", "threads"}
     assert set(defs["RunConfig"]["properties"]) == set(RunConfig.model_fields)
     for name, d in defs.items():
         for field, p in d["properties"].items():

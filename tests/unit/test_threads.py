@@ -1,0 +1,60 @@
+"""`threads.torch`: the flow's torch thread count, fixed or following what other processes
+leave free."""
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flows.config import ConfigError, load_config
+from training import threads
+
+
+@pytest.mark.parametrize("others,expected", [(0.0, 4), (0.2, 4), (0.5, 3), (1.0, 3),
+                                             (1.4, 2), (3.9, 1), (9.0, 1), (None, 4)])
+def test_auto_takes_the_cores_others_leave_at_least_one(others, expected, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads.choose("auto", others, n_cores=4) == expected
+
+
+def test_auto_never_exceeds_omp_num_threads_and_a_count_is_kept(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert threads.choose("auto", 0.0, n_cores=8) == 2
+    assert threads.choose("auto", 7.0, n_cores=8) == 1
+    assert threads.choose(3, 7.0, n_cores=8) == 3  # a fixed count ignores the load
+
+
+def test_bad_thread_settings_are_refused_naming_the_field():
+    for bad in ("0", "many", "true"):
+        with pytest.raises(ConfigError, match="threads.torch"):
+            load_config(None, [f"threads.torch={bad}"])
+    assert load_config(None, ["threads.torch=2"]).threads.torch == 2
+
+
+def test_the_thread_budget_is_not_part_of_what_a_run_computes():
+    assert load_config(None, ["threads.torch=1"]).hash() == load_config(None, []).hash()
+
+
+def test_a_busy_neighbour_is_seen_and_costs_a_core():
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        monitor = threads._Monitor()
+        time.sleep(1.6)
+        # a lower bound: anything else running on the machine only adds to it
+        others = monitor.others_busy()
+        assert others is not None and others > 0.6, others
+        assert threads.choose("auto", others, n_cores=2) == 1
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_retune_does_nothing_until_a_setting_was_applied(monkeypatch):
+    monkeypatch.setattr(threads, "_SETTING", {})
+    called = []
+    monkeypatch.setattr(threads, "apply", lambda s: called.append(s))
+    threads.retune()
+    assert called == []
+    threads._SETTING["value"] = "auto"
+    threads.retune()
+    assert called == ["auto"]

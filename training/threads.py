@@ -1,0 +1,130 @@
+"""How many torch threads the flow's process runs the model with (`threads.torch`).
+
+Why this exists: torch's default is one intra-op thread per core. The policy's ops are small
+(a few microseconds of work each), so every op waits at a barrier for all its threads; when
+another process holds one of the cores, the thread that shares it is descheduled for a whole
+time slice at almost every op. Measured here: sampling at 2 threads next to one busy process
+ran at 0.4 tokens/s against 11.8 at 1 thread, 15-30x slower than on a quiet machine, where
+2 threads are faster. So the count is chosen, not left to torch: `auto` takes the cores that
+other processes leave free, measured just before each stage that runs the model here (the warm
+start, sampling, the update in this process, evaluation) and again during the long loops
+(`retune`), so a competitor that arrives or leaves mid-run is followed within seconds.
+
+"Other processes" are everything but this process: the run's own Dask workers and sandboxes
+run between the model's stages, not during them, and are idle by the time the model runs.
+The measurement is a background thread reading /proc/stat and /proc/self/stat twice a second
+(a few hundred microseconds each time); the last second decides. Where /proc is missing (not
+Linux), `auto` is the core count.
+"""
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+
+WINDOW_S = 1.0
+TICK_S = 0.5
+SLACK = 0.3  # a core counts as taken when others use more than this fraction of it
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _busy_s() -> tuple[float, float] | None:
+    """(all cores' busy seconds, this process's CPU seconds) so far, or None without /proc."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        with open("/proc/self/stat") as f:
+            mine = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
+    return busy / hz, (int(mine[11]) + int(mine[12])) / hz  # utime, stime
+
+
+class _Monitor:
+    """Snapshots of (time, busy, mine) every TICK_S, the last few kept."""
+
+    def __init__(self):
+        self.snaps: deque = deque(maxlen=int(WINDOW_S / TICK_S) + 2)
+        self.lock = threading.Lock()
+        self._take()
+        threading.Thread(target=self._loop, daemon=True, name="rollforge-cpu-monitor").start()
+
+    def _take(self) -> None:
+        b = _busy_s()
+        if b is not None:
+            with self.lock:
+                self.snaps.append((time.monotonic(), *b))
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(TICK_S)
+            self._take()
+
+    def others_busy(self) -> float | None:
+        """Cores other processes kept busy over about the last WINDOW_S."""
+        self._take()
+        with self.lock:
+            snaps = list(self.snaps)
+        if len(snaps) < 2:
+            return None
+        now = snaps[-1]
+        old = next((s for s in snaps if now[0] - s[0] <= WINDOW_S + TICK_S / 2), snaps[0])
+        if now[0] - old[0] < 0.1:  # too short to tell: wait for a window's worth once
+            time.sleep(0.25)
+            return self.others_busy()
+        return max(0.0, ((now[1] - old[1]) - (now[2] - old[2])) / (now[0] - old[0]))
+
+
+_MONITOR: _Monitor | None = None
+_SETTING: dict = {}  # the last setting `apply` was given (what `retune` re-applies)
+
+
+def choose(setting: int | str, others: float | None, n_cores: int | None = None) -> int:
+    """The thread count for `setting` (a count, or "auto") when others keep `others` cores
+    busy: "auto" is the cores they leave, at least 1, at most OMP_NUM_THREADS when set."""
+    if setting != "auto":
+        return int(setting)
+    n = n_cores or cores()
+    cap = os.environ.get("OMP_NUM_THREADS", "")
+    if cap.isdigit() and int(cap) >= 1:
+        n = min(n, int(cap))
+    if others is None:
+        return n
+    free = (n_cores or cores()) - math.ceil(others - SLACK)
+    return max(1, min(n, free))
+
+
+def apply(setting: int | str) -> dict:
+    """Set this process's torch threads for `setting`; what was chosen, as metrics."""
+    global _MONITOR
+    import torch
+
+    others = None
+    if setting == "auto":
+        if _MONITOR is None:
+            _MONITOR = _Monitor()
+        others = _MONITOR.others_busy()
+    n = choose(setting, others)
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    _SETTING["value"] = setting
+    return {"threads/torch": n, "threads/others_busy": math.nan if others is None else others}
+
+
+def retune() -> None:
+    """Re-apply the last setting (during a long loop); nothing if none was ever applied (a rank
+    of the trainer group, a benchmark calling the trainer)."""
+    if "value" in _SETTING:
+        apply(_SETTING["value"])
