@@ -71,9 +71,10 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
             raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
                              "have references (the probe is drawn from them)")
         probe = probe_fn(cfg, held)
-    chosen = torch_threads.apply(cfg.threads.torch)
-    out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
-                         cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None, probe=probe)
+    with torch_threads.budget(cfg.threads.torch) as chosen:
+        out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
+                             cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None,
+                             probe=probe)
     out["sft/threads_at_start"] = chosen["threads/torch"]
     if probe is not None:
         out["sft/probe_tasks"] = len(held)
@@ -102,13 +103,13 @@ def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int
                        greedy: bool) -> tuple[list[Sample], float]:
     """The next action of every live episode of a round's turn, in batches, where the policy
     lives (this process)."""
-    torch_threads.apply(cfg.threads.torch)
     model = policy_for_sampling(cfg.run_dir, version)
     s = cfg.sampling
     gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
     t0 = time.perf_counter()
-    with Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
-                  "sequences") as shown:
+    with torch_threads.budget(cfg.threads.torch), \
+            Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
+                     "sequences") as shown:
         out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
                              greedy=greedy, batch_size=s.batch_size, generator=gen,
                              stop=tuple(s.stop), progress=shown)
@@ -163,9 +164,9 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker) \
         if cfg.rl.placement == "dask" else None
-    chosen = torch_threads.apply(cfg.threads.torch)
-    out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                               cfg.sampling.temperature, cfg.seed, replay, client=client)
+    with torch_threads.budget(cfg.threads.torch) as chosen:
+        out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
+                                   cfg.sampling.temperature, cfg.seed, replay, client=client)
     return {**out, **chosen}
 
 

@@ -23,6 +23,8 @@ import os
 import threading
 import time
 from collections import deque
+from contextlib import contextmanager
+from typing import Iterator
 
 WINDOW_S = 1.0
 TICK_S = 0.5
@@ -123,8 +125,25 @@ def apply(setting: int | str) -> dict:
     return {"threads/torch": n, "threads/others_busy": math.nan if others is None else others}
 
 
+@contextmanager
+def budget(setting: int | str) -> Iterator[dict]:
+    """`setting` applied for the body (a stage that runs the model), `retune` active inside
+    it; on leaving, the thread count and setting from before come back, so nothing outside a
+    stage (a test, a benchmark calling the trainer) runs under a count it did not choose."""
+    import torch
+
+    before, outer = torch.get_num_threads(), dict(_SETTING)
+    try:
+        yield apply(setting)
+    finally:
+        _SETTING.clear()
+        _SETTING.update(outer)
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def retune() -> None:
-    """Re-apply the last setting (during a long loop); nothing if none was ever applied (a rank
-    of the trainer group, a benchmark calling the trainer)."""
+    """Re-apply the setting of the enclosing `budget` (during a long loop); nothing outside one
+    (a rank of the trainer group, a benchmark or test calling the trainer)."""
     if "value" in _SETTING:
         apply(_SETTING["value"])

@@ -58,3 +58,13 @@ def test_retune_does_nothing_until_a_setting_was_applied(monkeypatch):
     threads._SETTING["value"] = "auto"
     threads.retune()
     assert called == ["auto"]
+
+
+def test_a_budget_holds_only_inside_its_stage():
+    import torch
+
+    before = torch.get_num_threads()
+    with threads.budget(1) as chosen:
+        assert chosen["threads/torch"] == 1 == torch.get_num_threads()
+        assert threads._SETTING == {"value": 1}
+    assert torch.get_num_threads() == before and threads._SETTING == {}
