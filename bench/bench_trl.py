@@ -123,6 +123,11 @@ RF_PARTS = ["ledger", "generate_tasks", "sample", "run_rollouts", "score", "writ
             "update_policy", "evaluate"]
 
 
+PREFECT_VIEW = [("generate_tasks", "generate_tasks"), ("sample", "sample_completions"),
+                ("run_rollouts", "run_rollouts"), ("score", "score"),
+                ("write_trajectories", "write_trajectories"), ("update_policy", "update_policy")]
+
+
 def rollforge_figures(run_dir: Path) -> dict:
     """Per iteration: the stage seconds the run stored, the update's own training seconds, and
     the wall time from the previous iteration's end (the journal's checkpoint ends), which also
@@ -131,8 +136,14 @@ def rollforge_figures(run_dir: Path) -> dict:
     from storage.registry import read_metrics
 
     m = read_metrics(str(run_dir)).sort_values("iteration")
-    ends = {r["iteration"]: r["t"] for r in read_journal(run_dir)
+    journal = read_journal(run_dir)
+    ends = {r["iteration"]: r["t"] for r in journal
             if r["stage"] == "checkpoint" and r["event"] == "end"}
+    bodies: dict[int, dict[str, float]] = {}  # the stage functions' own seconds (the journal's)
+    for r in journal:
+        if r["event"] == "end" and "iteration" in r and isinstance(r["iteration"], int):
+            b = bodies.setdefault(r["iteration"], {})
+            b[r["stage"]] = b.get(r["stage"], 0.0) + r["seconds"]
     iters = []
     for _, row in m.iterrows():
         it = int(row["iteration"])
@@ -141,9 +152,12 @@ def rollforge_figures(run_dir: Path) -> dict:
         d = {f"{p}_s": v for p, v in parts.items()}
         d["iteration_s"] = float(row["time/iteration_s"]) - parts["evaluate"]
         d["train_s"] = float(row.get("train/seconds", 0.0))
+        d["sequences"] = int(row.get("train/sequences", 0))  # those with a non-zero advantage
+        d["trained"] = d["sequences"] > 0  # 0: every advantage was 0, no forward or backward
         d["update_rest_s"] = parts["update_policy"] - d["train_s"]
         d["mean_reward"] = float(row["rollout/mean_reward"])
         d["wall_s"] = ends[it] - ends[it - 1] if it - 1 in ends and it in ends else None
+        d["bodies"] = bodies.get(it, {})
         iters.append(d)
     return {"iterations": iters}
 
@@ -170,9 +184,13 @@ def report(res: dict) -> str:
         ("    rollforge score", None, R("score_s")),
         ("  forward + backward (rollforge: train/seconds)", med(s["forward_s"] + s["backward_s"]
                                                              for s in trl), R("train_s")),
-        ("    the same, only where the step trained (rollforge skips a batch whose advantages "
-         "are all 0)", med(s["forward_s"] + s["backward_s"] for s in trl if s["trained"]),
-         med(s["train_s"] for s in rf if s["train_s"] > 0)),
+        ("    the same, steps with an informative group only", med(
+            s["forward_s"] + s["backward_s"] for s in trl if s["trained"]),
+         med(s["train_s"] for s in rf if s["trained"])),
+        ("    sequences through them (median)", 64.0, R("sequences")),
+        ("    seconds per 1000 sequences", 1000 * med((s["forward_s"] + s["backward_s"]) / 64
+                                                     for s in trl),
+         1000 * med(s["train_s"] / s["sequences"] for s in rf if s["trained"])),
         ("    TRL forward (compute_loss)", T("forward_s"), None),
         ("    TRL backward", T("backward_s"), None),
         ("  rollforge update_policy less training (load, engine, save)", None, R("update_rest_s")),
@@ -192,13 +210,21 @@ def report(res: dict) -> str:
         ratio = f"{r / t:.2f}x" if t and r is not None and t == t and r == r else ""
         lines.append(f"{name:<{width}}{f(t):>8}{f(r):>11}{ratio:>8}")
     lines.append("")
+    lines.append("rollforge stages: seconds as the flow sees them | the stage function's own (its "
+                 "journal line) | the difference, Prefect's task engine around it (median)")
+    for metric, stage in PREFECT_VIEW:
+        seen = R(f"{metric}_s")
+        body = med(s["bodies"].get(stage, 0.0) for s in rf)
+        lines.append(f"  {stage:<20}{seen:8.3f}{body:8.3f}{seen - body:8.3f}")
+    lines.append("")
     lines.append("mean reward per step / iteration, each run (the two sides' rows in run order):")
     for r in res["trl"]:
         lines.append("  TRL       " + " ".join(f"{s['mean_reward']:.3f}" for s in r["steps"]))
     for r in res["rollforge"]:
         lines.append("  rollforge " + " ".join(f"{s['mean_reward']:.3f}" for s in r["iterations"]))
     lines.append(f"  steps without any informative group: TRL {sum(not s['trained'] for s in trl)}"
-                 f"/{len(trl)}, rollforge {sum(s['train_s'] == 0 for s in rf)}/{len(rf)}")
+                 f"/{len(trl)}, rollforge {sum(not s['trained'] for s in rf)}/{len(rf)} (rollforge "
+                 "then skips the forward and backward: every advantage is 0; TRL runs them)")
     lines.append(f"  mean: TRL {statistics.mean(s['mean_reward'] for s in trl):.3f}, rollforge "
                  f"{statistics.mean(s['mean_reward'] for s in rf):.3f}")
     lines.append("")
@@ -217,15 +243,18 @@ def main() -> int:
                     help="where the workload, the runs and results.json go")
     ap.add_argument("--rounds", type=int, default=2, help="TRL-then-rollforge pairs")
     ap.add_argument("--steps", type=int, default=10, help="steps (iterations) a run")
-    ap.add_argument("--warm-steps", type=int, default=400, help="warm start steps (first build)")
+    ap.add_argument("--warm-steps", type=int, default=150, help="warm start steps (first build)")
     ap.add_argument("--report", action="store_true", help="print the last results again")
     ap.add_argument("--profile", action="store_true", help="then profile a rollforge run")
     ap.add_argument("--profile-iterations", type=int, default=4)
     args = ap.parse_args()
     work = Path(args.work).resolve()
     results = work / "results.json"
-    if args.report:
-        print(report(json.loads(results.read_text())))
+    if args.report:  # rollforge's figures are read again from its run folders
+        res = json.loads(results.read_text())
+        for r in res["rollforge"]:
+            r.update(rollforge_figures(Path(r["run_dir"])))
+        print(report(res))
         return 0
 
     os.environ.update({k: v for k, v in side_env().items() if k.endswith("THREADS")})

@@ -125,20 +125,19 @@ def probe_reward(model, tasks: list[dict], samples: int = 4, seed: int = 0) -> f
     return sum(rewards) / len(rewards)
 
 
-def warm_start(out: Path, init: Path, tasks: Path, steps: int, lr: float = 5e-3,
-               batch_size: int = 32, seed: int = 0, probe_every: int = 0,
-               own_from: int = 200, own_copies: int = 8) -> dict:
+def warm_start(out: Path, init: Path, tasks: Path, steps: int, lr: float = 2e-3,
+               batch_size: int = 32, seed: int = 0, probe_every: int = 0) -> dict:
     """Token NLL of the references after their prompts (BOS + prompt bytes, then reference bytes
-    + EOS, the loss on the reference only), AdamW, linear warm-up over 50 steps, then constant.
+    + EOS, the loss on the reference only), AdamW, linear warm-up over a tenth of the steps.
     With `probe_every`, the bench tasks' sampled reward is probed every so many steps and each
     probed state saved as `warm-<step>/` (to choose how long the warm start should be).
 
-    Two phases, because on these prompts the tiny model learns to copy a docstring's constants
-    into the code only after well over a thousand steps (configs/default.yaml's warm start needs
-    1300-2000): the first `own_from` steps on affine tasks of other seeds teach the format
-    (`    return x * A + B`), then the bench's own 64 references join the data (`own_copies`
-    copies each, about half of every batch), so that part of the completions get the constants
-    right by memory. It is a starting point with non-zero rewards, not a model that reads."""
+    Brief on purpose: 150 steps teach the format (`    return x * A + B`, an EOS) but not yet
+    to copy the docstring's constants, so about 1% of sampled completions pass (the constants
+    right by chance or by a partly learnt copy), enough for some groups to carry signal. The
+    tiny model learns to copy only after well over a thousand steps (configs/default.yaml's warm
+    start needs 1300-2000; 450 steps here at 5e-3, with or without the bench's own references
+    in the data, stayed at 0.1-1%), which is more than a benchmark's set-up should cost."""
     path = out / "warm"
     info_file = path / "warm_start.json"
     if info_file.is_file():
@@ -153,19 +152,16 @@ def warm_start(out: Path, init: Path, tasks: Path, steps: int, lr: float = 5e-3,
     bench = [json.loads(line) for line in tasks.read_text().splitlines()]
     bench_prompts = {t["prompt"] for t in bench}
     pairs = warm_start_pairs(bench_prompts)
-    enc = lambda p, r: (tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id])  # noqa: E731
-    others = [enc(p, r) for p, r in pairs]
-    own = [enc(t["prompt"], t["reference"]) for t in bench] * own_copies
+    data = [(tok.encode_prompt(p), tok.encode(r, bos=False) + [tok.eos_token_id]) for p, r in pairs]
     model = AutoModelForCausalLM.from_pretrained(str(init)).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
-    warm = 50
+    warm = max(1, steps // 10)
     probes = []
     rng = random.Random(seed)
     t0, losses = time.perf_counter(), []
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = lr * min(1.0, (step + 1) / warm)
-        data = others if step < own_from else others + own
         batch = [data[rng.randrange(len(data))] for _ in range(batch_size)]
         width = max(len(p) + len(r) for p, r in batch)
         ids = torch.full((batch_size, width), tok.pad_token_id)
@@ -181,14 +177,13 @@ def warm_start(out: Path, init: Path, tasks: Path, steps: int, lr: float = 5e-3,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss))
-        if probe_every and (step + 1) % probe_every == 0 and step + 1 >= own_from:
+        if probe_every and (step + 1) % probe_every == 0:
             probes.append((step + 1, round(sum(losses[-20:]) / 20, 4), probe_reward(model, bench)))
             save_checkpoint(model, out / f"warm-{step + 1}")
             print(f"warm start step {step + 1}: loss {probes[-1][1]}, sampled reward "
                   f"{probes[-1][2]:.3f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     save_checkpoint(model, path)
-    info = {"steps": steps, "lr": lr, "batch_size": batch_size, "other_pairs": len(others),
-            "own_from": own_from, "own_copies": own_copies,
+    info = {"steps": steps, "lr": lr, "batch_size": batch_size, "pairs": len(data),
             "final_loss": sum(losses[-20:]) / len(losses[-20:]), "seconds": time.perf_counter() - t0,
             "parameters": sum(p.numel() for p in model.parameters()), "probes": probes}
     info_file.write_text(json.dumps(info, indent=2))
