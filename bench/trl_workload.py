@@ -136,8 +136,9 @@ def warm_start(out: Path, init: Path, tasks: Path, steps: int, lr: float = 2e-3,
     to copy the docstring's constants, so about 1% of sampled completions pass (the constants
     right by chance or by a partly learnt copy), enough for some groups to carry signal. The
     tiny model learns to copy only after well over a thousand steps (configs/default.yaml's warm
-    start needs 1300-2000; 450 steps here at 5e-3, with or without the bench's own references
-    in the data, stayed at 0.1-1%), which is more than a benchmark's set-up should cost."""
+    start needs 1300-2000; up to 450 steps here at lr 3e-3 to 5e-3, batch 16 or 32, with or
+    without the bench's own references in the data, stayed at 0.1-1.3%), which is more than a
+    benchmark's set-up should cost."""
     path = out / "warm"
     info_file = path / "warm_start.json"
     if info_file.is_file():
