@@ -10,7 +10,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DS_ACCELERATOR := cpu
 
 .PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean \
-	model bench-real
+	model bench-real bench-trl
 
 EXAMPLE_ENV := examples/rollforge-regex
 
@@ -56,6 +56,10 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/bench_stages.py
+
+# rollforge against TRL's GRPOTrainer on the same work (TRL in .bench-venvs/trl, made by the bench).
+bench-trl: setup
+	$(PY) bench/bench_trl.py --profile
 
 # Every benchmark, one after the other (each prints its figure beside its baseline).
 bench-all: setup

@@ -1,0 +1,51 @@
+"""The TRL benchmark's pieces that must agree with rollforge for the comparison to hold: the
+reward TRL's side computes, the prompt ids both sides feed the model, and the rollforge config
+having TRL's shapes. (The benchmark itself is bench/bench_trl.py; it prints, it asserts nothing.)"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from bench import trl_side, trl_workload
+from flows.config import load_config
+from training.tokenizer import ByteTokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = 'def affine(x):\n    """Return x times 2 plus 5.\n    >>> affine(1)\n    7\n    """\n'
+TESTS = [{"args": [0], "expected": 5}, {"args": [3], "expected": 11}, {"args": [-1], "expected": 3}]
+
+
+def test_trl_side_reward_is_the_fraction_of_tests_passed_in_a_fresh_interpreter():
+    assert trl_side.run_tests(PROMPT + "    return x * 2 + 5\n", "affine", TESTS) == 1.0
+    assert trl_side.run_tests(PROMPT + "    return 5 if x == 0 else 0\n", "affine", TESTS) == 1 / 3
+    assert trl_side.run_tests(PROMPT + "    return x * 2 +\n", "affine", TESTS) == 0.0  # syntax
+    assert trl_side.run_tests(PROMPT + "    raise ValueError\n", "affine", TESTS) == 0.0
+
+
+def test_trl_side_reward_counts_a_bool_or_float_as_wrong_where_an_int_is_expected():
+    assert trl_side.run_tests(PROMPT + "    return float(x * 2 + 5)\n", "affine", TESTS) == 0.0
+    assert trl_side.run_tests(PROMPT + "    return True\n", "affine",
+                              [{"args": [0], "expected": 1}]) == 0.0
+
+
+def test_both_sides_encode_a_prompt_to_the_same_ids():
+    hf = trl_workload.hf_byte_tokenizer()
+    assert hf(PROMPT)["input_ids"] == ByteTokenizer().encode_prompt(PROMPT)
+    assert hf.decode(ByteTokenizer().encode("    return x\n", bos=False) + [258],
+                     skip_special_tokens=True) == "    return x\n"
+
+
+def test_rollforge_config_of_the_bench_has_trls_shapes(tmp_path):
+    out = tmp_path / "t.jsonl"
+    subprocess.run([sys.executable, "-m", "flows.cli", "tasks", "export", "--families", "affine",
+                    "--per-family", "2", "--split", "train", "--out", str(out)],
+                   cwd=ROOT, check=True, capture_output=True)
+    task = json.loads(out.read_text().splitlines()[0])
+    cfg = load_config(ROOT / "bench" / "trl_workload.yaml", [
+        "tasks.sources=" + json.dumps([{"file": str(out)}])])
+    assert task["family"] == "affine"
+    assert (cfg.sampling.group_size, cfg.tasks.tasks_per_iteration, cfg.sampling.max_new_tokens) \
+        == (8, 8, 32)
+    assert (cfg.rl.lr, cfg.rl.epochs, cfg.rl.kl_coef, cfg.rl.replay_coef, cfg.sft.steps) \
+        == (1e-4, 1, 0.0, 0.0, 0)
+    assert not cfg.tasks.dynamic_sampling and cfg.rl.micro_batch_size == 64
