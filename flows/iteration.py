@@ -32,7 +32,7 @@ from flows.parameters import config_dict, whole_config
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
-from flows.staging import CODE_VERSION, _has_checkpoint, _stage, call_stage
+from flows.staging import CODE_VERSION, _has_checkpoint, _stage, bulky, call_stage
 from flows.warm_start import agent_demos, probe_fn
 from storage import registry, trajectories
 from tasks.record import Task
@@ -272,8 +272,8 @@ class _Play:
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
         t = time.perf_counter()
-        out, seconds = sample_completions.with_options(**self.opts)(
-            self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens, self.greedy)
+        out, seconds = sample_completions.with_options(**self.opts)(*bulky(
+            (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens, self.greedy)))
         self.times["sample"] += time.perf_counter() - t
         return out, seconds
 
@@ -282,8 +282,10 @@ class _Play:
         cfg, size = self.cfg, self.cfg.cluster.shard_size
         runner = run_rollouts.with_options(**self.opts)
         threads = total_threads(self.client)
-        futures = [runner.submit(cfg, self.it, self.v, self.rnd, k, turn, items[i:i + size],
-                                 step_deadline_s(items[i:i + size], cfg.sandbox, threads))
+        futures = [runner.submit(*bulky((cfg, self.it, self.v, self.rnd, k, turn,
+                                         items[i:i + size],
+                                         step_deadline_s(items[i:i + size], cfg.sandbox,
+                                                         threads))))
                    for k, i in enumerate(range(0, len(items), size))]
         sizes = {f: len(items[i:i + size]) for f, i in zip(futures, range(0, len(items), size))}
         with Progress(f"{_phase(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
