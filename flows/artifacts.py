@@ -8,6 +8,7 @@ import base64
 import io
 import math
 import re
+import time
 from pathlib import Path
 
 from flows.config import RunConfig
@@ -116,10 +117,15 @@ def reward_markdown(cfg: RunConfig, metrics, png: bytes, png_path: Path) -> str:
     return "\n".join(lines)
 
 
+CURVE_EVERY_S = 30.0
+_DRAWN: dict[str, float] = {}  # run dir -> when its reward curve was last drawn
+
+
 def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log,
                       start: dict | None = None) -> None:
-    """The metrics table and the reward curve (with `start`, the SFT start's held-out
-    evaluation), as artifacts of the current flow run."""
+    """The metrics table (every iteration) and the reward curve (with `start`, the SFT start's
+    held-out evaluation; at most every CURVE_EVERY_S, and after the last iteration), as
+    artifacts of the current flow run."""
     try:
         from prefect.artifacts import (create_link_artifact, create_markdown_artifact,  # noqa: PLC0415
                                        create_table_artifact)
@@ -130,6 +136,14 @@ def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log,
         create_table_artifact(metrics_table(frame), key=artifact_key(cfg.run_id, "metrics"),
                               description=f"rollforge run {cfg.run_id}: metrics after iteration "
                                           f"{iteration}")
+        # The curve is redrawn at most every CURVE_EVERY_S and after the last iteration: a
+        # drawing is ~0.1 s of matplotlib, a few % of a short iteration, for a picture that a
+        # person looks at every few minutes.
+        last = _DRAWN.get(cfg.run_dir)
+        if (iteration + 1 < cfg.iterations and last is not None
+                and time.monotonic() - last < CURVE_EVERY_S):
+            return
+        _DRAWN[cfg.run_dir] = time.monotonic()
         png_path = (Path(cfg.run_dir) / "plots" / "reward_curve.png").resolve()
         png = reward_curve_png(frame, png_path, start)
         create_markdown_artifact(reward_markdown(cfg, frame, png, png_path),
