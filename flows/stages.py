@@ -104,6 +104,9 @@ def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
                             balance_families=cfg.tasks.balance_families)
 
 
+_LEDGER_READS: dict[tuple, pd.DataFrame] = {}  # (run dir, iteration, its files) -> its rows
+
+
 def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
     """The difficulty ledger of this run from its stored trajectories of earlier iterations
     (dropped groups included: they say which tasks are always or never solved)."""
@@ -113,9 +116,14 @@ def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
     columns = list(dict.fromkeys(TRAJECTORY_COLUMNS + SOLVED_FACTS))
     for it in trajectories.iterations_written(run_dir):
         if it < before_iteration:
-            frames.append(trajectories.retrying(
-                lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
-                .to_pandas(), f"reading {run_dir}"))
+            # An iteration's files never change (a rewrite or compaction names new ones), so
+            # each set is read once per process, not once per later iteration.
+            key = (run_dir, it, tuple(trajectories.live_files(run_dir, it)))
+            if key not in _LEDGER_READS:
+                _LEDGER_READS[key] = trajectories.retrying(
+                    lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
+                    .to_pandas(), f"reading {run_dir}")
+            frames.append(_LEDGER_READS[key])
     rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
         {c: pd.Series(dtype=object) for c in columns})
     return DifficultyLedger.from_trajectories(fill_solved(rows)).to_frame()
