@@ -90,13 +90,15 @@ class TestRun:
 def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandbox,
               limits: Limits, per_test_s: float = 10.0) -> TestRun:
     """pytest over `tree` in the sandbox with the grader's plugin; `test_ids` None: every test
-    module of the tree."""
+    module of the tree. A test may use `per_test_s` seconds of CPU (not of wall clock: a loaded
+    machine does not make a test time out, so the builder's decisions do not depend on the
+    load); code that sleeps or blocks is stopped by the run's wall-clock limit."""
     token = secrets.token_hex(8)
     junit, summary = f"report-{token}.xml", f".summary-{token}.json"
     tests = sorted(p for p in tree if p.endswith(".py") and is_test_path(p))
     protected = sorted({CONFTEST, INI} | {basename(p) for p in tests
                                           if basename(p) != "__init__.py"})
-    config = {"nonce": token, "per_test": per_test_s, "summary": summary,
+    config = {"nonce": token, "per_test": per_test_s, "clock": "cpu", "summary": summary,
               "protected": protected, "writable": [junit, summary]}
     plugin = PLUGIN_SOURCE.replace("@@CONFIG@@", repr(config))
     files: dict[str, str | bytes] = dict(tree)
