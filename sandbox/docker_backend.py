@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits, verdict
+from sandbox.base import BaseTree, ExecResult, Limits, verdict
 from sandbox.docker_container import Container, ContainerError, ContainerSpec, reap
 from sandbox.workspace import check_relpath
 
@@ -90,10 +90,13 @@ class DockerSandbox:
         limits: Limits = Limits(),
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
         files = {check_relpath(k): v for k, v in files.items()}
+        if base is not None:  # the container cannot see the host's folder: the files go along
+            files = {**base.read(skip=files), **files}
         collect = [check_relpath(c) for c in collect]
         start = time.perf_counter()
         try:

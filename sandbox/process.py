@@ -8,7 +8,9 @@ from many threads of a Dask worker):
    missing, address space and RLIMIT_NPROC as weaker stand-ins;
 3. `bwrap` makes fresh pid/net/mount/ipc/uts namespaces, a root holding only the system libraries
    and the interpreter read-only, a private size-capped /tmp and the workspace at /workspace
-   (fallback: `unshare` namespaces over the host's filesystem);
+   (fallback: `unshare` namespaces over the host's filesystem); a run's base tree
+   (`BaseTree`: a repository's extracted files) is bound into the workspace read-only, file by
+   file, instead of copied (copied where there is no bubblewrap);
 4. `setpriv` (when root) drops to an otherwise unused uid with no capabilities.
 
 Whatever of this the host does not allow is listed in `missing` (and warned about once); see
@@ -30,7 +32,7 @@ import subprocess
 import sys
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits, verdict
+from sandbox.base import BaseTree, ExecResult, Limits, verdict
 from sandbox.capture import run_capped
 from sandbox.cgroups import ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
@@ -164,9 +166,10 @@ class ProcessSandbox:
         return argv
 
     def bwrap_prefix(self, workdir: str, status_fd: int | None, extra: Sequence[str] = (),
-                     die_with_parent: bool = True) -> list[str]:
+                     die_with_parent: bool = True, over: Sequence[str] = ()) -> list[str]:
         """bubblewrap's arguments up to its `--`: fresh namespaces, the read-only root with the
-        interpreter, the private /tmp and `workdir` at the workspace mount point.
+        interpreter, the private /tmp and `workdir` at the workspace mount point (`over`: mounts
+        inside it, a base tree's read-only files).
 
         `die_with_parent` ties bubblewrap to the *thread* that started it (PR_SET_PDEATHSIG):
         right for a run that thread waits for, wrong for a server that outlives it."""
@@ -184,19 +187,20 @@ class ProcessSandbox:
         ns += ["--proc", "/proc", "--dev", "/dev",
                "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         ns += self._binds
-        ns += ["--bind", workdir, self.mount, "--remount-ro", "/", "--chdir", self.mount,
+        ns += ["--bind", workdir, self.mount, *over, "--remount-ro", "/", "--chdir", self.mount,
                "--setenv", "HOME", self.mount, "--"]
         return ns
 
     def _wrap(self, argv: list[str], limits: Limits, workdir: str, uid: int | None,
-              group: ExecGroup | None, status_fd: int | None) -> list[str]:
+              group: ExecGroup | None, status_fd: int | None,
+              over: Sequence[str] = ()) -> list[str]:
         h = self.host
         inner = argv
         if uid is not None:
             inner = [h.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *inner]
         if h.bwrap:
-            inner = self.bwrap_prefix(workdir, status_fd) + inner
+            inner = self.bwrap_prefix(workdir, status_fd, over=over) + inner
         elif h.unshare:
             ns = [h.unshare, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
                   "--mount", "--mount-proc"]
@@ -224,12 +228,13 @@ class ProcessSandbox:
         limits: Limits = Limits(),
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
-        for rel in list(files) + list(collect):
+        for rel in list(files) + list(collect) + list(base.paths if base else ()):
             check_relpath(rel)  # bad input from the caller: refused, not an infra_error
-        if self.fork_server is not None:
+        if self.fork_server is not None and base is None:
             plan = self.fork_server.plan(files, self._command(argv))
             if plan is not None:
                 return self.fork_server.run(files, plan, limits, stdin, collect)
@@ -244,6 +249,12 @@ class ProcessSandbox:
             try:
                 workdir = make_workspace()
                 write_files(workdir, files)
+                over: list[str] = []
+                if base is not None and self.host.bwrap:
+                    over = _base_binds(workdir, base, files, self.mount)
+                elif base is not None:  # no mount namespace of our own: a copy
+                    names = {check_relpath(k) for k in files}
+                    write_files(workdir, base.read(skip=names))
             except OSError as exc:
                 return infra(f"workspace: {exc}")
             try:
@@ -257,7 +268,7 @@ class ProcessSandbox:
                                       else None)
                 if self.host.bwrap:
                     r_fd, w_fd = os.pipe()
-                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd)
+                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd, over)
             except OSError as exc:
                 return infra(f"sandbox setup: {exc}")
 
@@ -317,6 +328,28 @@ class ProcessSandbox:
     def close(self) -> None:
         if self.fork_server is not None:
             self.fork_server.close()
+
+
+def _base_binds(workdir: str, base: BaseTree, files: Mapping[str, object],
+                mount: str) -> list[str]:
+    """The workspace's side of a base tree: its folders made here (so they are the run's own,
+    writable, like a copy's) with an empty placeholder where each base file goes, and
+    bubblewrap's arguments that bind each file there read-only. A file of `files` takes its
+    base file's place. Costs a mkdir per folder and a create per file, never their bytes."""
+    mine = {check_relpath(k) for k in files}
+    args: list[str] = []
+    made: set[str] = set()
+    for rel in base.paths:
+        rel = check_relpath(rel)
+        if rel in mine:
+            continue
+        parent = os.path.dirname(rel)
+        if parent and parent not in made:
+            os.makedirs(os.path.join(workdir, parent), exist_ok=True)
+            made.add(parent)
+        os.close(os.open(os.path.join(workdir, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        args += ["--ro-bind", os.path.join(base.root, rel), os.path.join(mount, rel)]
+    return args
 
 
 def _give_to(workdir: str, uid: int) -> None:

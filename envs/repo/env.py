@@ -5,7 +5,9 @@ process, shared by every episode, envs/repo/source.py) under an overlay of the f
 and the agent changed. Resetting an episode makes an empty overlay plus the bug's file(s), so
 it costs the bug's few KB, never a copy of the tree; the state that crosses processes is that
 overlay. Each command the agent runs is one fresh sandbox execution over the tree, in the
-repository's environment layer (its pytest and test dependencies).
+repository's environment layer (its pytest and test dependencies), with only the overlay
+written: the rest is the extracted sdist as the run's base (sandbox/base.py `BaseTree`), which
+the process backend shows read-only in place rather than copies.
 
 Actions (text outside them is ignored; the format of sandbox/EPISODES.md, more verbs):
 
@@ -313,12 +315,21 @@ class RepoEnv(Environment):
         if left <= 0:
             return f"$ {' '.join(argv)}: skipped, the episode's time budget is spent"
         from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
+        from envs.repo.source import pristine_base  # noqa: PLC0415
 
+        # the root on sys.path as the grader has it (its root conftest.py puts it there): a
+        # package whose tests folder has no __init__.py imports otherwise only when installed
         cmd = (["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
-                "--tb=short", *argv[1:]] if argv[0] == "pytest" else ["python", *argv[1:]])
+                "--rootdir=.", "-o", "pythonpath=.", "--tb=short", *argv[1:]]
+               if argv[0] == "pytest" else ["python", *argv[1:]])
         limits = replace(ctx.limits, timeout_s=min(max(ctx.limits.timeout_s, 30.0), max(left, 0.1)),
                          memory_mb=max(ctx.limits.memory_mb, 1024))
-        res = layer_sandbox(ctx.sandbox.name).run(view, cmd, limits)
+        # only the episode's own files are written; the rest of the tree is the extracted
+        # sdist, shown read-only in place where the backend can (never a copy per command)
+        p = task.payload
+        mine = {k: v for k, v in files.items() if v is not None}
+        res = layer_sandbox(ctx.sandbox.name).run(
+            mine, cmd, limits, base=pristine_base(p["repo"], p["sdist_sha256"], files))
         if res.infra_error:
             info["infra_error"] = True
             return f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): {res.error}"
