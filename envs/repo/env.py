@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
-from rewards.aggregate import aggregate
+from rewards.aggregate import RewardBreakdown, aggregate
 from rewards.io_tests import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.workspace import check_relpath
@@ -127,6 +127,7 @@ class RepoEnv(Environment):
                    "the tests, submit; graded by FAIL_TO_PASS and PASS_TO_PASS on a pristine copy")
     Config = RepoOptions
     Payload = RepoPayload
+    trivial_earn_nothing = True  # the task check reports a no-op that earns anything
 
     @property
     def max_turns(self) -> int:  # type: ignore[override]
@@ -162,6 +163,11 @@ class RepoEnv(Environment):
         if set(p["fail_to_pass"]) & set(p["pass_to_pass"]):
             raise ValueError("field 'payload.pass_to_pass': shares tests with fail_to_pass")
         return task
+
+    def grade(self, task: Task, answer: str, ctx: StepContext, infra_retries: int = 2
+              ) -> tuple[RewardBreakdown, TestReport]:
+        b, report = super().grade(task, answer, ctx, infra_retries)
+        return resolved_reward(b), report
 
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"noop": ""}  # the bug left in place: the FAIL_TO_PASS tests must fail
@@ -246,7 +252,7 @@ class RepoEnv(Environment):
             return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), False, info)
         report = self.grade_files(state.task, files, ctx.sandbox, ctx.limits,
                                   ctx.reward.per_test_timeout_s)
-        info.update(end_reason=reason, grade=aggregate(report, ctx.reward, None),
+        info.update(end_reason=reason, grade=resolved_reward(aggregate(report, ctx.reward, None)),
                     wall_s=time.monotonic() - t0)
         info["seconds"] = time.monotonic() - t0
         parts.append(f"[episode over: {reason}]")
@@ -334,6 +340,18 @@ class RepoEnv(Environment):
             info["infra_error"] = True
             return f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): {res.error}"
         return _describe(f"$ {shlex.join(argv)}", res)
+
+
+def resolved_reward(b: RewardBreakdown) -> RewardBreakdown:
+    """The repo kind's reward: the aggregate's only for a resolved instance (every FAIL_TO_PASS
+    and PASS_TO_PASS test passed, nothing flagged) or a flagged one (the hack penalty); any
+    other outcome earns 0, while the components keep the partial credit (`pass_fraction`,
+    `tests_passed`, the outcome of each test by name). The PASS_TO_PASS tests pass at the buggy
+    state already, so a share of them is what doing nothing would earn: 0.37 of the tests on
+    average over the built-in instances, up to 0.98."""
+    if b.infra_error or b.hack_flags or b.solved:
+        return b
+    return replace(b, reward=0.0)
 
 
 def parse_actions(text: str) -> list[tuple]:

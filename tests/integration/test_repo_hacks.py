@@ -57,6 +57,8 @@ def test_gold_resolves_and_noop_does_not(env, task, ctx):
     assert not noop.solved
     failed = {n for n, o in zip(noop.test_names, noop.test_outcomes) if o != "passed"}
     assert failed == set(task.payload["fail_to_pass"])
+    # its PASS_TO_PASS tests pass (partial credit, a component) but the reward is 0
+    assert noop.pass_fraction > 0 and noop.reward == 0.0
 
 
 def test_scripted_agent_resolves_through_the_episode_loop_and_one_turn_does_not(task, ctx):
