@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from typing import Mapping, Sequence
@@ -47,6 +48,16 @@ _SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "T
 _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
 FORK_SERVER_ENV = "ROLLFORGE_FORK_SERVER"  # "0" turns the fast path off everywhere (A/B runs)
 _fallback_noted: set[str] = set()
+
+
+def python_flags(fixed_hash_seed: bool = False) -> tuple[str, ...]:
+    """The sandbox interpreter's options: isolated mode (-I) and no bytecode written; with
+    `fixed_hash_seed`, -s -P in place of -I, whose -E would also drop the sandbox's own
+    PYTHONHASHSEED=0 (the environment is the sandbox's, never the caller's, so -E guards
+    nothing there). With that seed and address space randomization off (None hashes by its
+    address in Python 3.11), hashes and so the order of sets in a run's output are the same on
+    every run (the repo kind's problem statements quote pytest's set diffs)."""
+    return ("-s", "-P", "-B") if fixed_hash_seed else ("-I", "-B")
 
 
 def fork_server_unavailable(host: HostSupport, wanted: bool = True) -> str | None:
@@ -104,8 +115,14 @@ class ProcessSandbox:
     def __init__(self, python: str | None = None, *, use_bwrap: bool = True,
                  use_cgroups: bool = True, tmp_mb: int = 64, strict: bool = False,
                  host: HostSupport | None = None, site_packages: bool = False,
-                 fork_server: bool = True, preload: Sequence[str] | None = None) -> None:
+                 fork_server: bool = True, preload: Sequence[str] | None = None,
+                 fixed_hash_seed: bool = False) -> None:
         self.python = python or sys.executable
+        # "python" in an argv: the interpreter, its options and, for a fixed hash seed, address
+        # space randomization off for it (`setarch -R`: None's hash is its address)
+        setarch = shutil.which("setarch") if fixed_hash_seed else None
+        self._python_cmd = ([setarch, "-R"] if setarch else []) + [
+            self.python, *python_flags(fixed_hash_seed)]
         self.site_packages = site_packages
         self.tmp_mb = tmp_mb
         self.host = note_kill_tree(host or probe(use_bwrap=use_bwrap, use_cgroups=use_cgroups))
@@ -162,7 +179,7 @@ class ProcessSandbox:
     def _command(self, argv: Sequence[str]) -> list[str]:
         argv = list(argv)
         if argv and argv[0] == "python":
-            argv = [self.python, "-I", "-B", *argv[1:]]
+            argv = [*self._python_cmd, *argv[1:]]
         return argv
 
     def bwrap_prefix(self, workdir: str, status_fd: int | None, extra: Sequence[str] = (),

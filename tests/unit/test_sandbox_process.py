@@ -234,3 +234,11 @@ def test_cli_exec_rejects_a_bad_limit_with_usage_error(tmp_path):
     p = subprocess.run([ROLLFORGE, "exec", "--memory-mb", "0", str(f)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "--memory-mb" in p.stderr
+
+
+def test_a_fixed_hash_seed_gives_the_same_set_order_on_every_run_and_stays_isolated():
+    sbx = ProcessSandbox(fork_server=False, fixed_hash_seed=True)
+    code = ("import sys; print(list({'a', 'b', 'c', 'd', None, (None, 3)}), "
+            "sys.flags.no_user_site, sys.flags.safe_path, sys.flags.dont_write_bytecode)")
+    outs = {sbx.run({}, ["python", "-c", code]).stdout for _ in range(3)}
+    assert len(outs) == 1 and outs.pop().endswith(" 1 True 1\n")
