@@ -30,8 +30,13 @@ def _install(cfg):
     names = frozenset(cfg["protected"]) | writable
     paths = frozenset(_os.path.join(_os.getcwd(), n) for n in names)
     wflags = _os.O_WRONLY | _os.O_RDWR | _os.O_CREAT | _os.O_TRUNC
-    SIGALRM, ITIMER_REAL, gc_collect, gc_disable, gc_enable = (
-        _signal.SIGALRM, _signal.ITIMER_REAL, _gc.collect, _gc.disable, _gc.enable)
+    # The per-test limit: wall-clock seconds (SIGALRM), or with "clock": "cpu" the process's CPU
+    # seconds (SIGPROF), which a loaded machine does not use up: the repo kind's builder keeps or
+    # rejects a mutant by it, so the same command keeps the same mutants at any load.
+    cpu = cfg.get("clock", "wall") == "cpu"
+    SIG, TIMER = ((_signal.SIGPROF, _signal.ITIMER_PROF) if cpu
+                  else (_signal.SIGALRM, _signal.ITIMER_REAL))
+    gc_collect, gc_disable, gc_enable = _gc.collect, _gc.disable, _gc.enable
     write, dup, realpath, basename, fspath = (_os.write, _os.dup, _os.path.realpath,
                                                _os.path.basename, _os.fspath)
     getident, main, dumps, fopen = _thread.get_ident, _thread.get_ident(), _json.dumps, open
@@ -98,7 +103,8 @@ def _install(cfg):
                 raise PermissionError("rollforge: %s belongs to the grader" % ours)
 
     def alarm(signum, frame):
-        raise RollforgeTimeout("rollforge-timeout: the test ran past %ss" % per_test)
+        raise RollforgeTimeout("rollforge-timeout: the test ran past %ss%s"
+                               % (per_test, " of CPU" if cpu else ""))
 
     def take():
         out = {}
@@ -129,7 +135,7 @@ def _install(cfg):
             flag("pytest_tampering")
         if hooks(config) != snap["hooks"]:
             flag("pytest_tampering")
-        if getsignal(SIGALRM) is not alarm:
+        if getsignal(SIG) is not alarm:
             flag("timeout_evasion")
 
     def worst(nodeid, outcome, error=None):
@@ -167,17 +173,17 @@ def _install(cfg):
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(item):
-        if getsignal(SIGALRM) is not alarm:
+        if getsignal(SIG) is not alarm:
             flag("timeout_evasion")
-            setsignal(SIGALRM, alarm)
-        setitimer(ITIMER_REAL, per_test)
+            setsignal(SIG, alarm)
+        setitimer(TIMER, per_test)
         try:
             return (yield)
         finally:
-            setitimer(ITIMER_REAL, 0)
-            if getsignal(SIGALRM) is not alarm:
+            setitimer(TIMER, 0)
+            if getsignal(SIG) is not alarm:
                 flag("timeout_evasion")
-            setsignal(SIGALRM, alarm)
+            setsignal(SIG, alarm)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(item, call):
@@ -219,7 +225,7 @@ def _install(cfg):
                 state["open"], state["sealed"] = False, True
                 gc_enable()
 
-    setsignal(SIGALRM, alarm)
+    setsignal(SIG, alarm)
     _sys.addaudithook(hook)
     return (pytest_collection, pytest_collection_finish, pytest_collectreport,
             pytest_internalerror, pytest_runtest_call, pytest_runtest_makereport,

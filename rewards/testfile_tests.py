@@ -23,17 +23,16 @@ interpreter's internals. Anything inconsistent fails closed: every test failed a
 from __future__ import annotations
 
 import ast
-import json
 import re
 import secrets
 import sys
-import xml.etree.ElementTree as ET
 from dataclasses import replace
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rewards.io_tests import Outcome, TestReport, missing_outcome
+from rewards.pytest_reports import RANK, junit_cases, read_summary
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 
@@ -45,7 +44,7 @@ from rewards.testfile_plugin import TEST_MODULE
 _CONFTEST, _INI = "conftest.py", "pytest.ini"
 _RESERVED = {TEST_MODULE, "conftest", "pytest", "_pytest", "pluggy", "py"}
 _REPORT_CAP = 512 * 1024  # largest junit XML / summary read back (bytes)
-_RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4}
+_RANK = RANK
 _FLAG_LINE = re.compile(r"^ROLLFORGE-FLAG (\S+) ([a-z_]{1,40})$", re.M)
 _EXC_NAME = re.compile(r"^E\s+([A-Za-z_][\w.]*)(?::|$)", re.M)
 # Flags after which the report itself cannot be trusted: every test counts as failed.
@@ -259,17 +258,11 @@ def run_test_file(task: Task, answer: str, sandbox: Sandbox, limits: Limits,
 def _parse_junit(text: str | None) -> dict[str, str] | None:
     """junit XML -> {test name: passed|failed|skipped} ("" keys the module's collection); None
     when absent or not what pytest writes."""
-    if text is None or len(text) > _REPORT_CAP or "<!DOCTYPE" in text or "<!ENTITY" in text:
-        return None
-    try:
-        root = ET.fromstring(text)
-    except (ET.ParseError, ValueError, RecursionError):
+    cases = junit_cases(text, _REPORT_CAP)
+    if cases is None:
         return None
     out: dict[str, str] = {}
-    for case in root.iter("testcase"):
-        cls, name = case.get("classname"), case.get("name")
-        if cls is None or name is None:
-            return None
+    for cls, name, outcome, _ in cases:
         if cls == "" and name == TEST_MODULE:
             key = ""
         elif cls == "pytest" and name == "internal":
@@ -280,35 +273,14 @@ def _parse_junit(text: str | None) -> dict[str, str] | None:
             key = f"{cls[len(TEST_MODULE) + 1:]}::{name}"
         else:
             return None  # not a test of the task's file (e.g. an internal error entry)
-        kids = {c.tag for c in case}
-        outcome = ("failed" if kids & {"failure", "error"} else
-                   "skipped" if "skipped" in kids else "passed")
         if _RANK[outcome] >= _RANK[out.get(key, "passed")]:
             out[key] = outcome
     return out
 
 
-def _strs(v: object) -> bool:
-    return isinstance(v, list) and all(type(x) is str for x in v)
-
-
 def _parse_summary(text: str | None, nonce: str) -> dict | None:
     """The plugin's record, or None when absent or of any other shape than the plugin writes."""
-    if text is None or len(text) > _REPORT_CAP:
-        return None
-    try:
-        rec = json.loads(text)
-    except ValueError:
-        return None
-    ok = (isinstance(rec, dict) and rec.get("nonce") == nonce
-          and type(rec.get("exitstatus")) is int and _strs(rec.get("collected"))
-          and _strs(rec.get("flags")) and isinstance(rec.get("outcomes"), dict)
-          and all(type(k) is str and v in _RANK for k, v in rec["outcomes"].items())
-          and isinstance(rec.get("errors"), dict) and _strs(list(rec["errors"].values()))
-          and isinstance(rec.get("collect_errors"), list)
-          and all(_strs(e) and len(e) == 2 for e in rec["collect_errors"])
-          and (rec.get("internal_error") is None or type(rec["internal_error"]) is str))
-    return rec if ok else None
+    return read_summary(text, nonce, _REPORT_CAP)
 
 
 def _coarse(outcome: str) -> str:

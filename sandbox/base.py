@@ -8,6 +8,7 @@ program's own result, so a candidate can never turn its failure into "not scored
 """
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping, Protocol, Sequence
 
@@ -55,12 +56,34 @@ class ExecResult:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class BaseTree:
+    """Files a run's workspace starts with that already lie in a host folder (a repository's
+    extracted source): `paths` under `root`, regular files. A backend that can shows them in
+    place, read-only, instead of copying them (the process backend under bubblewrap: a
+    read-only bind mount per file, every folder a real, writable one); the others copy them.
+    The run's `files` are written over them, so only what an episode changed is copied."""
+
+    root: str
+    paths: tuple[str, ...]
+
+    def read(self, skip: Mapping[str, object] = {}) -> dict[str, bytes]:
+        """The files' contents (for a backend that copies them), those in `skip` left out."""
+        out = {}
+        for rel in self.paths:
+            if rel not in skip:
+                with open(os.path.join(self.root, rel), "rb") as fh:
+                    out[rel] = fh.read()
+        return out
+
+
 class Sandbox(Protocol):
     """An isolated place to run a command over a set of files.
 
     `argv[0] == "python"` means the sandbox's own Python interpreter (isolated mode). Paths in
     `files` are relative to a fresh, private working directory that is thrown away afterwards.
-    `collect` names files to read back from that directory after the run.
+    `collect` names files to read back from that directory after the run. `base`: files the
+    workspace starts with, from a host folder, under `files` (see `BaseTree`).
     """
 
     name: str
@@ -72,6 +95,7 @@ class Sandbox(Protocol):
         limits: Limits = Limits(),
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult: ...
 
     def close(self) -> None: ...

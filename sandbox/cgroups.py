@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import secrets
 import signal
 import time
 
@@ -97,7 +98,9 @@ class ExecGroup:
     """The memory and/or pids groups of one execution. Raises OSError if they cannot be made."""
 
     def __init__(self, memory_mb: int | None, pids: int | None) -> None:
-        name = f"rollforge-{os.getpid()}-{next(_counter)}"
+        # a random part too: a group a killed process left behind would otherwise collide with
+        # the groups of a later process that is given the same pid
+        name = f"rollforge-{os.getpid()}-{next(_counter)}-{secrets.token_hex(3)}"
         self.dirs: dict[str, str] = {}
         self.limits = (memory_mb, pids)
         self._memsw = False

@@ -19,8 +19,9 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits, verdict
+from sandbox.base import BaseTree, ExecResult, Limits, verdict
 from sandbox.docker_container import Container, ContainerError, ContainerSpec, reap
+from sandbox.process import python_flags
 from sandbox.workspace import check_relpath
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ class DockerSandbox:
 
     def __init__(self, *, pool_size: int = 2, cpus: float = 1.0, workspace_mb: int = 64,
                  max_uses: int = 200, image: str | None = None, client=None,
-                 prewarm: Limits | None = Limits()) -> None:
+                 prewarm: Limits | None = Limits(), fixed_hash_seed: bool = False) -> None:
         import docker  # local: only this backend needs the SDK
 
         self.client = client or docker.from_env(timeout=60)
@@ -40,6 +41,9 @@ class DockerSandbox:
         self.image = image or ensure_image(self.client)
         self.pool_size, self.cpus, self.workspace_mb = pool_size, cpus, workspace_mb
         self.max_uses = max_uses
+        # the server starts "python" with -I -B; with a fixed hash seed the host names the
+        # interpreter and its options itself (sandbox/process.py python_flags)
+        self._python = ["python3", *python_flags(True)] if fixed_hash_seed else None
         self._idle: dict[tuple[int, int], list[Container]] = {}
         self._lock = threading.Lock()
         self._closed = False
@@ -90,10 +94,15 @@ class DockerSandbox:
         limits: Limits = Limits(),
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
         files = {check_relpath(k): v for k, v in files.items()}
+        if self._python is not None and argv[0] == "python":
+            argv = [*self._python, *argv[1:]]
+        if base is not None:  # the container cannot see the host's folder: the files go along
+            files = {**base.read(skip=files), **files}
         collect = [check_relpath(c) for c in collect]
         start = time.perf_counter()
         try:

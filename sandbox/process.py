@@ -8,7 +8,9 @@ from many threads of a Dask worker):
    missing, address space and RLIMIT_NPROC as weaker stand-ins;
 3. `bwrap` makes fresh pid/net/mount/ipc/uts namespaces, a root holding only the system libraries
    and the interpreter read-only, a private size-capped /tmp and the workspace at /workspace
-   (fallback: `unshare` namespaces over the host's filesystem);
+   (fallback: `unshare` namespaces over the host's filesystem); a run's base tree
+   (`BaseTree`: a repository's extracted files) is bound into the workspace read-only, file by
+   file, instead of copied (copied where there is no bubblewrap);
 4. `setpriv` (when root) drops to an otherwise unused uid with no capabilities.
 
 Whatever of this the host does not allow is listed in `missing` (and warned about once); see
@@ -26,11 +28,12 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 from typing import Mapping, Sequence
 
-from sandbox.base import ExecResult, Limits, verdict
+from sandbox.base import BaseTree, ExecResult, Limits, verdict
 from sandbox.capture import run_capped
 from sandbox.cgroups import ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
@@ -45,6 +48,16 @@ _SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "T
 _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
 FORK_SERVER_ENV = "ROLLFORGE_FORK_SERVER"  # "0" turns the fast path off everywhere (A/B runs)
 _fallback_noted: set[str] = set()
+
+
+def python_flags(fixed_hash_seed: bool = False) -> tuple[str, ...]:
+    """The sandbox interpreter's options: isolated mode (-I) and no bytecode written; with
+    `fixed_hash_seed`, -s -P in place of -I, whose -E would also drop the sandbox's own
+    PYTHONHASHSEED=0 (the environment is the sandbox's, never the caller's, so -E guards
+    nothing there). With that seed and address space randomization off (None hashes by its
+    address in Python 3.11), hashes and so the order of sets in a run's output are the same on
+    every run (the repo kind's problem statements quote pytest's set diffs)."""
+    return ("-s", "-P", "-B") if fixed_hash_seed else ("-I", "-B")
 
 
 def fork_server_unavailable(host: HostSupport, wanted: bool = True) -> str | None:
@@ -102,8 +115,14 @@ class ProcessSandbox:
     def __init__(self, python: str | None = None, *, use_bwrap: bool = True,
                  use_cgroups: bool = True, tmp_mb: int = 64, strict: bool = False,
                  host: HostSupport | None = None, site_packages: bool = False,
-                 fork_server: bool = True, preload: Sequence[str] | None = None) -> None:
+                 fork_server: bool = True, preload: Sequence[str] | None = None,
+                 fixed_hash_seed: bool = False) -> None:
         self.python = python or sys.executable
+        # "python" in an argv: the interpreter, its options and, for a fixed hash seed, address
+        # space randomization off for it (`setarch -R`: None's hash is its address)
+        setarch = shutil.which("setarch") if fixed_hash_seed else None
+        self._python_cmd = ([setarch, "-R"] if setarch else []) + [
+            self.python, *python_flags(fixed_hash_seed)]
         self.site_packages = site_packages
         self.tmp_mb = tmp_mb
         self.host = note_kill_tree(host or probe(use_bwrap=use_bwrap, use_cgroups=use_cgroups))
@@ -160,13 +179,14 @@ class ProcessSandbox:
     def _command(self, argv: Sequence[str]) -> list[str]:
         argv = list(argv)
         if argv and argv[0] == "python":
-            argv = [self.python, "-I", "-B", *argv[1:]]
+            argv = [*self._python_cmd, *argv[1:]]
         return argv
 
     def bwrap_prefix(self, workdir: str, status_fd: int | None, extra: Sequence[str] = (),
-                     die_with_parent: bool = True) -> list[str]:
+                     die_with_parent: bool = True, over: Sequence[str] = ()) -> list[str]:
         """bubblewrap's arguments up to its `--`: fresh namespaces, the read-only root with the
-        interpreter, the private /tmp and `workdir` at the workspace mount point.
+        interpreter, the private /tmp and `workdir` at the workspace mount point (`over`: mounts
+        inside it, a base tree's read-only files).
 
         `die_with_parent` ties bubblewrap to the *thread* that started it (PR_SET_PDEATHSIG):
         right for a run that thread waits for, wrong for a server that outlives it."""
@@ -184,19 +204,20 @@ class ProcessSandbox:
         ns += ["--proc", "/proc", "--dev", "/dev",
                "--perms", "1777", "--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         ns += self._binds
-        ns += ["--bind", workdir, self.mount, "--remount-ro", "/", "--chdir", self.mount,
+        ns += ["--bind", workdir, self.mount, *over, "--remount-ro", "/", "--chdir", self.mount,
                "--setenv", "HOME", self.mount, "--"]
         return ns
 
     def _wrap(self, argv: list[str], limits: Limits, workdir: str, uid: int | None,
-              group: ExecGroup | None, status_fd: int | None) -> list[str]:
+              group: ExecGroup | None, status_fd: int | None,
+              over: Sequence[str] = ()) -> list[str]:
         h = self.host
         inner = argv
         if uid is not None:
             inner = [h.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", *inner]
         if h.bwrap:
-            inner = self.bwrap_prefix(workdir, status_fd) + inner
+            inner = self.bwrap_prefix(workdir, status_fd, over=over) + inner
         elif h.unshare:
             ns = [h.unshare, "--pid", "--fork", "--kill-child", "--net", "--ipc", "--uts",
                   "--mount", "--mount-proc"]
@@ -224,12 +245,13 @@ class ProcessSandbox:
         limits: Limits = Limits(),
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
+        base: BaseTree | None = None,
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
-        for rel in list(files) + list(collect):
+        for rel in list(files) + list(collect) + list(base.paths if base else ()):
             check_relpath(rel)  # bad input from the caller: refused, not an infra_error
-        if self.fork_server is not None:
+        if self.fork_server is not None and base is None:
             plan = self.fork_server.plan(files, self._command(argv))
             if plan is not None:
                 return self.fork_server.run(files, plan, limits, stdin, collect)
@@ -244,6 +266,12 @@ class ProcessSandbox:
             try:
                 workdir = make_workspace()
                 write_files(workdir, files)
+                over: list[str] = []
+                if base is not None and self.host.bwrap:
+                    over = _base_binds(workdir, base, files, self.mount)
+                elif base is not None:  # no mount namespace of our own: a copy
+                    names = {check_relpath(k) for k in files}
+                    write_files(workdir, base.read(skip=names))
             except OSError as exc:
                 return infra(f"workspace: {exc}")
             try:
@@ -257,7 +285,7 @@ class ProcessSandbox:
                                       else None)
                 if self.host.bwrap:
                     r_fd, w_fd = os.pipe()
-                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd)
+                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd, over)
             except OSError as exc:
                 return infra(f"sandbox setup: {exc}")
 
@@ -317,6 +345,28 @@ class ProcessSandbox:
     def close(self) -> None:
         if self.fork_server is not None:
             self.fork_server.close()
+
+
+def _base_binds(workdir: str, base: BaseTree, files: Mapping[str, object],
+                mount: str) -> list[str]:
+    """The workspace's side of a base tree: its folders made here (so they are the run's own,
+    writable, like a copy's) with an empty placeholder where each base file goes, and
+    bubblewrap's arguments that bind each file there read-only. A file of `files` takes its
+    base file's place. Costs a mkdir per folder and a create per file, never their bytes."""
+    mine = {check_relpath(k) for k in files}
+    args: list[str] = []
+    made: set[str] = set()
+    for rel in base.paths:
+        rel = check_relpath(rel)
+        if rel in mine:
+            continue
+        parent = os.path.dirname(rel)
+        if parent and parent not in made:
+            os.makedirs(os.path.join(workdir, parent), exist_ok=True)
+            made.add(parent)
+        os.close(os.open(os.path.join(workdir, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        args += ["--ro-bind", os.path.join(base.root, rel), os.path.join(mount, rel)]
+    return args
 
 
 def _give_to(workdir: str, uid: int) -> None:

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from envs.repo.diffs import make_diff
-from envs.repo.grading import covers, is_test_path, judge_names, prefixes, run_tests
+from envs.repo.grading import (TestRun, covers, is_test_path, judge_names, prefixes,
+                               run_tests)
 from envs.repo.mutate import Mutant, mutants
 from envs.sources import split_of
 from sandbox.base import Limits, Sandbox
@@ -105,15 +106,13 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
     passed_all: set[str] | None = None
     universe: set[str] = set()  # every node id any run collected
     for i in range(opts.runs):
-        r = run_tests(tree, None, sandbox, limits, opts.per_test_s)
-        if r.infra:
-            raise BuildError(f"{spec}: test run {i + 1}: {r.infra}")
+        r = _run(tree, None, sandbox, limits, opts, f"{spec}: test run {i + 1}")
         ok = {t for t, o in r.outcomes.items() if o == "passed"}
         universe |= set(r.outcomes)
         passed_all = ok if passed_all is None else passed_all & ok
         progress(f"{spec}: run {i + 1}/{opts.runs}: {len(ok)} of {len(r.outcomes)} tests passed")
     stable = sorted(passed_all or ())
-    check = run_tests(tree, stable, sandbox, limits, opts.per_test_s)
+    check = _run(tree, stable, sandbox, limits, opts, f"{spec}: the stable tests")
     if check.flags or any(check.outcomes.get(t) != "passed" for t in stable):
         bad = [t for t in stable if check.outcomes.get(t) != "passed"][:3]
         raise BuildError(f"{spec}: the stable tests do not pass together cleanly "
@@ -154,11 +153,31 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
     return sorted(tasks, key=lambda t: t.task_id)
 
 
+def _run(tree, ids, sandbox, limits, opts, what: str) -> TestRun:
+    """`run_tests`, with what could depend on the machine rather than on the code taken out
+    of the builder's decisions: a sandbox that failed to start is tried once more and then
+    stops the build (never a mutant rejected for it), and a run the wall-clock limit killed is
+    run once more with four times that limit (code that hangs is killed again; a run that a
+    loaded machine slowed finishes). Each test's own limit is CPU time (run_tests)."""
+    r = run_tests(tree, ids, sandbox, limits, opts.per_test_s)
+    if r.infra:
+        r = run_tests(tree, ids, sandbox, limits, opts.per_test_s)
+        if r.infra:
+            raise BuildError(f"{what}: the sandbox failed twice: {r.infra}")
+    if r.res.status == "timeout":
+        r = run_tests(tree, ids, sandbox, replace(limits, timeout_s=4 * limits.timeout_s),
+                      opts.per_test_s)
+        if r.infra:
+            raise BuildError(f"{what}: the sandbox failed: {r.infra}")
+    return r
+
+
 def _validate(tree, bug, stable, universe, sandbox, limits, opts):
     """(F2P, P2P, messages) of a bug, or None if it is not a usable instance."""
     buggy = dict(tree, **bug)
-    r = run_tests(buggy, stable, sandbox, limits, opts.per_test_s)
-    if r.infra or r.flags or r.collect_errors or set(r.collected) != set(stable):
+    what = f"mutant of {', '.join(sorted(bug))}"
+    r = _run(buggy, stable, sandbox, limits, opts, what)
+    if r.flags or r.collect_errors or set(r.collected) != set(stable):
         return None
     if any(o not in ("passed", "failed", "error") for o in r.outcomes.values()):
         return None  # a timeout (an endless loop) is a bug no test output explains
@@ -168,7 +187,7 @@ def _validate(tree, bug, stable, universe, sandbox, limits, opts):
     files = {t.split("::")[0] for t in f2p}
     p2p = compress(sorted(t for t in stable if t not in f2p and t.split("::")[0] in files),
                    f2p, universe)
-    again = run_tests(buggy, f2p + p2p, sandbox, limits, opts.per_test_s)
+    again = _run(buggy, f2p + p2p, sandbox, limits, opts, what)
     outs, flags = judge_names(again, tuple(f2p + p2p), frozenset(f2p), None)
     outs = [o == "passed" for o in outs]
     if again.flags or any(outs[: len(f2p)]) or not all(outs[len(f2p):]):

@@ -5,7 +5,9 @@ process, shared by every episode, envs/repo/source.py) under an overlay of the f
 and the agent changed. Resetting an episode makes an empty overlay plus the bug's file(s), so
 it costs the bug's few KB, never a copy of the tree; the state that crosses processes is that
 overlay. Each command the agent runs is one fresh sandbox execution over the tree, in the
-repository's environment layer (its pytest and test dependencies).
+repository's environment layer (its pytest and test dependencies), with only the overlay
+written: the rest is the extracted sdist as the run's base (sandbox/base.py `BaseTree`), which
+the process backend shows read-only in place rather than copies.
 
 Actions (text outside them is ignored; the format of sandbox/EPISODES.md, more verbs):
 
@@ -39,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
-from rewards.aggregate import aggregate
+from rewards.aggregate import RewardBreakdown, aggregate
 from rewards.io_tests import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.workspace import check_relpath
@@ -125,6 +127,7 @@ class RepoEnv(Environment):
                    "the tests, submit; graded by FAIL_TO_PASS and PASS_TO_PASS on a pristine copy")
     Config = RepoOptions
     Payload = RepoPayload
+    trivial_earn_nothing = True  # the task check reports a no-op that earns anything
 
     @property
     def max_turns(self) -> int:  # type: ignore[override]
@@ -160,6 +163,11 @@ class RepoEnv(Environment):
         if set(p["fail_to_pass"]) & set(p["pass_to_pass"]):
             raise ValueError("field 'payload.pass_to_pass': shares tests with fail_to_pass")
         return task
+
+    def grade(self, task: Task, answer: str, ctx: StepContext, infra_retries: int = 2
+              ) -> tuple[RewardBreakdown, TestReport]:
+        b, report = super().grade(task, answer, ctx, infra_retries)
+        return resolved_reward(b), report
 
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"noop": ""}  # the bug left in place: the FAIL_TO_PASS tests must fail
@@ -244,7 +252,7 @@ class RepoEnv(Environment):
             return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), False, info)
         report = self.grade_files(state.task, files, ctx.sandbox, ctx.limits,
                                   ctx.reward.per_test_timeout_s)
-        info.update(end_reason=reason, grade=aggregate(report, ctx.reward, None),
+        info.update(end_reason=reason, grade=resolved_reward(aggregate(report, ctx.reward, None)),
                     wall_s=time.monotonic() - t0)
         info["seconds"] = time.monotonic() - t0
         parts.append(f"[episode over: {reason}]")
@@ -313,16 +321,37 @@ class RepoEnv(Environment):
         if left <= 0:
             return f"$ {' '.join(argv)}: skipped, the episode's time budget is spent"
         from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
+        from envs.repo.source import pristine_base  # noqa: PLC0415
 
+        # the root on sys.path as the grader has it (its root conftest.py puts it there): a
+        # package whose tests folder has no __init__.py imports otherwise only when installed
         cmd = (["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
-                "--tb=short", *argv[1:]] if argv[0] == "pytest" else ["python", *argv[1:]])
+                "--rootdir=.", "-o", "pythonpath=.", "--tb=short", *argv[1:]]
+               if argv[0] == "pytest" else ["python", *argv[1:]])
         limits = replace(ctx.limits, timeout_s=min(max(ctx.limits.timeout_s, 30.0), max(left, 0.1)),
                          memory_mb=max(ctx.limits.memory_mb, 1024))
-        res = layer_sandbox(ctx.sandbox.name).run(view, cmd, limits)
+        # only the episode's own files are written; the rest of the tree is the extracted
+        # sdist, shown read-only in place where the backend can (never a copy per command)
+        p = task.payload
+        mine = {k: v for k, v in files.items() if v is not None}
+        res = layer_sandbox(ctx.sandbox.name).run(
+            mine, cmd, limits, base=pristine_base(p["repo"], p["sdist_sha256"], files))
         if res.infra_error:
             info["infra_error"] = True
             return f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): {res.error}"
         return _describe(f"$ {shlex.join(argv)}", res)
+
+
+def resolved_reward(b: RewardBreakdown) -> RewardBreakdown:
+    """The repo kind's reward: the aggregate's only for a resolved instance (every FAIL_TO_PASS
+    and PASS_TO_PASS test passed, nothing flagged) or a flagged one (the hack penalty); any
+    other outcome earns 0, while the components keep the partial credit (`pass_fraction`,
+    `tests_passed`, the outcome of each test by name). The PASS_TO_PASS tests pass at the buggy
+    state already, so a share of them is what doing nothing would earn: 0.37 of the tests on
+    average over the built-in instances, up to 0.98."""
+    if b.infra_error or b.hack_flags or b.solved:
+        return b
+    return replace(b, reward=0.0)
 
 
 def parse_actions(text: str) -> list[tuple]:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import ast
 import re
 import secrets
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from posixpath import basename
 
 from rewards.io_tests import TestReport
+from rewards.pytest_reports import junit_cases, read_summary
 from rewards.testfile_plugin import PLUGIN_SOURCE
 from rewards.testfile_tests import testfile_hack_flags
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -90,13 +90,15 @@ class TestRun:
 def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandbox,
               limits: Limits, per_test_s: float = 10.0) -> TestRun:
     """pytest over `tree` in the sandbox with the grader's plugin; `test_ids` None: every test
-    module of the tree."""
+    module of the tree. A test may use `per_test_s` seconds of CPU (not of wall clock: a loaded
+    machine does not make a test time out, so the builder's decisions do not depend on the
+    load); code that sleeps or blocks is stopped by the run's wall-clock limit."""
     token = secrets.token_hex(8)
     junit, summary = f"report-{token}.xml", f".summary-{token}.json"
     tests = sorted(p for p in tree if p.endswith(".py") and is_test_path(p))
     protected = sorted({CONFTEST, INI} | {basename(p) for p in tests
                                           if basename(p) != "__init__.py"})
-    config = {"nonce": token, "per_test": per_test_s, "summary": summary,
+    config = {"nonce": token, "per_test": per_test_s, "clock": "cpu", "summary": summary,
               "protected": protected, "writable": [junit, summary]}
     plugin = PLUGIN_SOURCE.replace("@@CONFIG@@", repr(config))
     files: dict[str, str | bytes] = dict(tree)
@@ -122,40 +124,13 @@ def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandb
     return _judge(res, junit, summary, token)
 
 
-def _summary(text: str | None, nonce: str) -> dict | None:
-    import json  # noqa: PLC0415
-
-    if text is None or len(text) > _REPORT_CAP:
-        return None
-    try:
-        rec = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(rec, dict) or rec.get("nonce") != nonce \
-            or not isinstance(rec.get("outcomes"), dict) \
-            or not isinstance(rec.get("collected"), list) \
-            or not isinstance(rec.get("collect_errors"), list):
-        return None
-    return rec
-
-
 def _junit(text: str | None) -> dict[tuple[str, str], tuple[str, str]] | None:
     """(classname, name) -> (passed|failed|skipped, message); None: not what pytest writes."""
-    if text is None or len(text) > _REPORT_CAP or "<!DOCTYPE" in text or "<!ENTITY" in text:
-        return None
-    try:
-        root = ET.fromstring(text)
-    except (ET.ParseError, ValueError, RecursionError):
+    cases = junit_cases(text, _REPORT_CAP)
+    if cases is None:
         return None
     out: dict[tuple[str, str], tuple[str, str]] = {}
-    for case in root.iter("testcase"):
-        cls, name = case.get("classname"), case.get("name")
-        if cls is None or name is None:
-            return None
-        bad = [c for c in case if c.tag in ("failure", "error")]
-        skip = [c for c in case if c.tag == "skipped"]
-        outcome = "failed" if bad else "skipped" if skip else "passed"
-        msg = (bad[0].get("message") or "") if bad else ""
+    for cls, name, outcome, msg in cases:
         prev = out.get((cls, name))
         if prev is None or prev[0] == "passed":  # a setup and a teardown error: the worst
             out[(cls, name)] = (outcome, msg)
@@ -168,7 +143,8 @@ def _coarse(o: str) -> str:
 
 def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
     flags = list(dict.fromkeys(f for tok, f in _FLAG_LINE.findall(res.stderr) if tok == nonce))
-    rec, cases = _summary(res.files.get(summary), nonce), _junit(res.files.get(junit))
+    rec = read_summary(res.files.get(summary), nonce, _REPORT_CAP)
+    cases = _junit(res.files.get(junit))
     killed = res.status in ("timeout", "memory_exceeded")
     if rec is None or cases is None:
         if not killed and (junit in res.files or summary in res.files):
@@ -179,7 +155,7 @@ def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
     outcomes = {k: str(v) for k, v in rec["outcomes"].items()}
     mine = {junit_key(k): _coarse(v) for k, v in outcomes.items()}
     theirs = {k: v[0] for k, v in cases.items() if k[0] != "" and k != ("pytest", "internal")}
-    errs = tuple(str(e[0]) for e in rec["collect_errors"] if isinstance(e, list) and e)
+    errs = tuple(e[0] for e in rec["collect_errors"])
     if rec.get("internal_error"):
         flags.append("collection_error")
     if errs:
@@ -189,8 +165,7 @@ def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
         flags.append("forged_report")
     if rec.get("exitstatus") != res.exit_code:
         flags.append("exit_code_mismatch")
-    flags += [f for f in rec.get("flags", []) if isinstance(f, str)
-              and re.fullmatch(r"[a-z_]{1,40}", f)]
+    flags += [f for f in rec["flags"] if re.fullmatch(r"[a-z_]{1,40}", f)]
     messages = {k: _HEX.sub("0x...", cases.get(junit_key(k), ("", ""))[1])[:300]
                 for k, v in outcomes.items() if v != "passed"}
     return TestRun(outcomes, messages, tuple(rec["collected"]), errs,

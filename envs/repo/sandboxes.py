@@ -13,7 +13,9 @@ _LOCK = threading.Lock()
 
 def layer_sandbox(backend: str, test_deps: tuple[str, ...] = ()) -> Sandbox:
     """A sandbox of `backend` ('process' or 'docker') whose interpreter sees the layer: a
-    process sandbox over the layer's read-only venv, or Docker containers of the layer image."""
+    process sandbox over the layer's read-only venv, or Docker containers of the layer image.
+    Its interpreter keeps the sandbox's PYTHONHASHSEED=0: a test's output (a set diff quoted in
+    a problem statement) is the same on every run, so a rebuild writes the same bytes."""
     key = (backend, tuple(test_deps))
     with _LOCK:
         if key in _MADE:
@@ -26,13 +28,14 @@ def layer_sandbox(backend: str, test_deps: tuple[str, ...] = ()) -> Sandbox:
 
             client = docker.from_env(timeout=120)
             sb: Sandbox = DockerSandbox(image=layer_image(client, test_deps), client=client,
-                                        pool_size=1, workspace_mb=256, prewarm=None)
+                                        pool_size=1, workspace_mb=256, prewarm=None,
+                                        fixed_hash_seed=True)
         elif backend == "process":
             from envs.repo.source import layer_python  # noqa: PLC0415
             from sandbox.process import ProcessSandbox  # noqa: PLC0415
 
             sb = ProcessSandbox(python=layer_python(test_deps), site_packages=True,
-                                fork_server=False)
+                                fork_server=False, fixed_hash_seed=True)
         else:
             raise ValueError(f"sandbox backend {backend!r}: expected 'process' or 'docker'")
         _MADE[key] = sb

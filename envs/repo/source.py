@@ -28,7 +28,9 @@ import tarfile
 import tempfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterable
 
+from sandbox.base import BaseTree
 from sandbox.docker_image import cache_dir
 
 # What every layer holds: the grader's pytest, pinned as in requirements.lock, so that a test's
@@ -147,6 +149,15 @@ def pristine_tree(spec: str, sha256: str | None = None) -> dict[str, bytes]:
 def tree_dir(spec: str, sha256: str | None = None) -> Path:
     """Where the pristine tree lies on the host (for benchmarks and the builder's own use)."""
     return _extract(fetch_sdist(spec, sha256))
+
+
+def pristine_base(spec: str, sha256: str | None, leave_out: Iterable[str] = ()) -> BaseTree:
+    """The pristine tree as a sandbox run's base (sandbox/base.py `BaseTree`): its files where
+    they were extracted, shown read-only in place by the process backend instead of copied;
+    `leave_out`: paths an episode changed or deleted (its overlay goes over the base)."""
+    skip = set(leave_out)
+    return BaseTree(str(tree_dir(spec, sha256)),
+                    tuple(p for p in pristine_tree(spec, sha256) if p not in skip))
 
 
 # -- environment layers -----------------------------------------------------------------------

@@ -57,6 +57,8 @@ def test_gold_resolves_and_noop_does_not(env, task, ctx):
     assert not noop.solved
     failed = {n for n, o in zip(noop.test_names, noop.test_outcomes) if o != "passed"}
     assert failed == set(task.payload["fail_to_pass"])
+    # its PASS_TO_PASS tests pass (partial credit, a component) but the reward is 0
+    assert noop.pass_fraction > 0 and noop.reward == 0.0
 
 
 def test_scripted_agent_resolves_through_the_episode_loop_and_one_turn_does_not(task, ctx):
@@ -162,3 +164,18 @@ def test_gold_resolves_and_noop_does_not_on_the_docker_backend(env, task):
     assert not noop.solved
     skip_all = _grade(env, task, dctx, _hacks(*_src(env, task), "x")["monkeypatch_pytest"])
     assert skip_all.reward <= 0 and "pytest_tampering" in skip_all.hack_flags
+
+
+def test_a_test_is_limited_by_its_cpu_time_not_by_the_wall_clock():
+    # what keeps the builder's keep/reject decisions independent of the machine's load
+    from envs.repo.grading import run_tests
+    from envs.repo.sandboxes import layer_sandbox
+
+    tree = {"tests/test_clock.py": b"import time\n\n"
+            b"def test_sleeps():\n    time.sleep(1.0)\n\n"
+            b"def test_spins():\n    while True:\n        pass\n"}
+    run = run_tests(tree, None, layer_sandbox("process"), Limits(timeout_s=30, memory_mb=512),
+                    per_test_s=0.4)
+    assert run.infra is None and not run.flags, (run.infra, run.flags)
+    assert run.outcomes == {"tests/test_clock.py::test_sleeps": "passed",
+                            "tests/test_clock.py::test_spins": "timeout"}

@@ -91,3 +91,31 @@ def test_pass_to_pass_names_shorten_only_where_every_collected_node_is_graded():
     ran = {"f.py::a": "passed", "f.py::b[1]": "passed", "f.py::b[2]": "failed"}
     assert outcome_of("f.py", ran, frozenset({"f.py::b[2]"})) == "passed"  # F2P counted apart
     assert outcome_of("g.py::C", ran, frozenset()) == "missing"
+
+
+def _repo_records(summary: dict) -> tuple:
+    import json
+
+    from sandbox.base import ExecResult
+
+    xml = ('<testsuites><testsuite><testcase classname="tests.test_m" name="test_a"/>'
+           '</testsuite></testsuites>')
+    res = ExecResult("ok", 0, "", "ROLLFORGE-LOADED n0\n", 0.1, "process",
+                     files={"r.xml": xml, "s.json": json.dumps(summary)})
+    return res
+
+
+def test_repo_grader_reads_the_plugin_records_as_the_testfile_verifier_does():
+    from envs.repo.grading import _judge
+
+    good = {"nonce": "n0", "collected": ["tests/test_m.py::test_a"],
+            "outcomes": {"tests/test_m.py::test_a": "passed"}, "errors": {},
+            "collect_errors": [], "internal_error": None, "exitstatus": 0, "flags": []}
+    run = _judge(_repo_records(good), "r.xml", "s.json", "n0")
+    assert run.outcomes == {"tests/test_m.py::test_a": "passed"} and run.flags == ()
+    # shapes the plugin never writes (a collect error without its message used to raise
+    # IndexError in the repo grader; a missing exit status used to be read as a mismatch only)
+    for bad in (dict(good, collect_errors=[["tests/test_m.py"]]), dict(good, exitstatus=None),
+                dict(good, flags="x"), dict(good, outcomes={"tests/test_m.py::test_a": "won"})):
+        run = _judge(_repo_records(bad), "r.xml", "s.json", "n0")
+        assert run.outcomes == {} and "forged_report" in run.flags

@@ -48,6 +48,44 @@ def test_stdin_reaches_the_program_and_collected_files_come_back(sandbox):
     assert r.status == "ok" and dict(r.files) == {"out.txt": "cba"}
 
 
+_SHOW_BASE = """import os
+print(open('a.txt').read(), open('pkg/c.txt').read(), open('pkg/b.txt').read())
+open('pkg/new.txt', 'w').write('made')          # every folder is the run's own
+try:
+    open('a.txt', 'a').write('changed')         # a base file is read-only in place
+    print('wrote a.txt')
+except OSError as exc:
+    print('refused', type(exc).__name__)
+"""
+
+
+def _base(tmp_path):
+    from sandbox.base import BaseTree
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "a.txt").write_text("A")
+    (tmp_path / "pkg" / "b.txt").write_text("B")
+    (tmp_path / "pkg" / "c.txt").write_text("C")
+    (tmp_path / "secret.txt").write_text("not listed")
+    return BaseTree(str(tmp_path), ("a.txt", "pkg/b.txt", "pkg/c.txt"))
+
+
+@pytest.mark.parametrize("bwrap", [True, False], ids=["bind_mounts", "copy_fallback"])
+def test_a_base_tree_is_shown_under_the_runs_files_and_left_unchanged(tmp_path, bwrap):
+    sbx = ProcessSandbox(use_bwrap=bwrap, fork_server=False)
+    if bwrap and not sbx.host.bwrap:
+        pytest.skip("no bubblewrap here")
+    r = sbx.run({"main.py": _SHOW_BASE, "pkg/b.txt": "mine"}, ["python", "main.py"],
+                base=_base(tmp_path), collect=["pkg/new.txt", "secret.txt"])
+    assert r.status == "ok", r.stderr
+    first, second = r.stdout.splitlines()
+    assert first == "A C mine" and dict(r.files) == {"pkg/new.txt": "made"}
+    # under bubblewrap a base file is a read-only mount; without it, the run's own copy
+    assert (second.startswith("refused ") if bwrap else second == "wrote a.txt"), second
+    assert (tmp_path / "a.txt").read_text() == "A" and (tmp_path / "pkg" / "b.txt").read_text() == "B"
+    assert not (tmp_path / "pkg" / "new.txt").exists()
+
+
 def test_workspace_and_tmp_do_not_survive_into_the_next_execution(sandbox):
     first = run_py(sandbox, "open('/tmp/left','w').write('1'); open('left','w').write('1')")
     second = run_py(sandbox, "import os\nprint(os.path.exists('/tmp/left'), os.listdir('.'))")
@@ -196,3 +234,11 @@ def test_cli_exec_rejects_a_bad_limit_with_usage_error(tmp_path):
     p = subprocess.run([ROLLFORGE, "exec", "--memory-mb", "0", str(f)],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "--memory-mb" in p.stderr
+
+
+def test_a_fixed_hash_seed_gives_the_same_set_order_on_every_run_and_stays_isolated():
+    sbx = ProcessSandbox(fork_server=False, fixed_hash_seed=True)
+    code = ("import sys; print(list({'a', 'b', 'c', 'd', None, (None, 3)}), "
+            "sys.flags.no_user_site, sys.flags.safe_path, sys.flags.dont_write_bytecode)")
+    outs = {sbx.run({}, ["python", "-c", code]).stdout for _ in range(3)}
+    assert len(outs) == 1 and outs.pop().endswith(" 1 True 1\n")
