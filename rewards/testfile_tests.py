@@ -31,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rewards import pyast
 from rewards.io_tests import Outcome, TestReport, missing_outcome
 from rewards.pytest_reports import RANK, junit_cases, read_summary
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -85,7 +86,7 @@ def _is_fixture(fn: ast.AST) -> bool:
 def defined_tests(p: TestFilePayload) -> tuple[str, ...]:
     """The tests the file defines: pytest's `test_*` functions and `Test*` classes' `test_*`
     methods (the collection rules the grader's pytest.ini sets), or `line_<n>` per assert."""
-    tree = ast.parse(p.test_file)
+    tree = pyast.parse(p.test_file)
     if p.format == "asserts":
         return tuple(f"line_{n.lineno}" for n in tree.body if isinstance(n, ast.Assert))
     names: list[str] = []
@@ -114,7 +115,7 @@ def runnable_tests(p: TestFilePayload) -> str:
     """The test module the sandbox runs (asserts lines become one test function each)."""
     if p.format == "pytest":
         return p.test_file
-    tree = ast.parse(p.test_file)
+    tree = pyast.parse(p.test_file)
     out = [f"import {p.module} as _rollforge_solution",
            "globals().update({_k: _v for _k, _v in vars(_rollforge_solution).items()",
            "                  if not _k.startswith(('__', 'test'))})"]
@@ -130,7 +131,7 @@ def payload_problems(task: Task) -> list[str]:
     """What is wrong with the test file, naming the field; [] when it can be graded."""
     p = TestFilePayload.model_validate(task.payload)
     try:
-        tree = ast.parse(p.test_file)
+        tree = pyast.parse(p.test_file)
     except (SyntaxError, ValueError) as exc:
         return [f"field 'payload.test_file': does not parse: line {getattr(exc, 'lineno', '?')}: "
                 f"{getattr(exc, 'msg', exc)}"]
@@ -185,7 +186,7 @@ _GRADER_WORDS = ("conftest", "junit", "pytest", TEST_MODULE, ".xml", "rollforge"
 def testfile_hack_flags(source: str, first_line: int) -> tuple[str, ...]:
     """Constructs with no honest use in an answer graded inside pytest's process: reaching for
     pytest or the test module, exit hooks, ending the process, defining pytest hooks."""
-    tree = ast.parse(source)
+    tree = pyast.parse(source)
     flags: set[str] = set()
     for n in ast.walk(tree):
         if getattr(n, "lineno", first_line) < first_line:
@@ -223,7 +224,7 @@ def run_test_file(task: Task, answer: str, sandbox: Sandbox, limits: Limits,
     n = len(names)
     source = solution_source(task, answer)
     try:
-        ast.parse(source)
+        pyast.parse(source)
     except (SyntaxError, ValueError):
         return TestReport(("error",) * n, ("SyntaxError",) * n, "syntax_error", None,
                           test_names=names)

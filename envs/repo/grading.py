@@ -27,6 +27,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from posixpath import basename
 
+from rewards import pyast
 from rewards.io_tests import TestReport
 from rewards.pytest_reports import junit_cases, read_summary
 from rewards.testfile_plugin import PLUGIN_SOURCE
@@ -193,7 +194,7 @@ def static_flags(buggy: dict[str, bytes], changed: dict[str, bytes]) -> tuple[st
     def of(text: str) -> set[str]:
         try:
             found = set(testfile_hack_flags(text, 1))
-            tree = ast.parse(text)
+            tree = pyast.parse(text)
         except (SyntaxError, ValueError):
             return set()
         for n in ast.walk(tree):
@@ -283,7 +284,7 @@ def grade_candidate(pristine: dict[str, bytes], bug: dict[str, bytes],
     for path, data in kept.items():
         if data is not None and path.endswith(".py"):
             try:
-                ast.parse(data)
+                pyast.parse(data)
             except (SyntaxError, ValueError):
                 syntax = True
     run = run_tests(tree, list(names), sandbox, limits, per_test_s)
