@@ -1,5 +1,5 @@
 """The RL update on the resident trainer group (training/group.py): tokens/s at 1 and 2 ranks
-side by side, the per-iteration cost of keeping the group resident against relaunching it for
+(and 2 placed on a Dask cluster's workers) side by side, the per-iteration cost of keeping the group resident against relaunching it for
 every update, and each rank's memory under ZeRO 0, 2 and 3. Default model (configs/default.yaml),
 the same synthetic batch for every update, all measured in one run.
 
@@ -74,6 +74,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=128, help="sequences per update")
     ap.add_argument("--repeats", type=int, default=3, help="updates per figure (median)")
+    ap.add_argument("--no-dask", action="store_true",
+                    help="leave out the 2 ranks placed on a 2-worker Dask LocalCluster")
     args = ap.parse_args()
     cfg = load_config(None, ["rl.replay_coef=0", "rl.kl_coef=0", "rl.epochs=1"])
     with tempfile.TemporaryDirectory(prefix="bench-ranks-") as tmp:
@@ -94,6 +96,19 @@ def main() -> None:
         memory["1 rank"] = combine(groups[1][0].run(jobs.next()))
         for g, _ in groups.values():
             g.close()
+        on_dask = []
+        if not args.no_dask:  # rl.placement=dask: the same 2 ranks started by 2 Dask workers
+            from distributed import Client, LocalCluster
+
+            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                              host="127.0.0.1", dashboard_address=None) as cluster, \
+                    Client(cluster) as client:
+                g = TrainerGroup(2, client)
+                g.run(jobs.next())
+                for _ in range(args.repeats):
+                    replies, sec = _timed(lambda: g.run(jobs.next()))
+                    on_dask.append((combine(replies)["train/tokens_per_s"], sec))
+                g.close()
         relaunch = []
         for _ in range(args.repeats):
             def once():
@@ -110,6 +125,10 @@ def main() -> None:
     one, two = statistics.median(rates[1]), statistics.median(rates[2])
     print(f"  1 rank           : {one:10.0f} tokens/s")
     print(f"  2 ranks          : {two:10.0f} tokens/s   ({two / one:.2f}x)")
+    if on_dask:
+        rate, sec = (statistics.median(x) for x in zip(*on_dask))
+        print(f"  2 ranks, Dask    : {rate:10.0f} tokens/s   ({rate / one:.2f}x; rl.placement=dask, "
+              f"one rank on each of 2 LocalCluster workers; {sec:.2f} s an update)")
     res, rel = statistics.median(resident), statistics.median(relaunch)
     print("per-iteration cost of the update stage, 2 ranks:")
     print(f"  resident group   : {res:10.2f} s")
