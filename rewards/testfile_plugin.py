@@ -42,6 +42,7 @@ def _install(cfg):
     getident, main, dumps, fopen = _thread.get_ident, _thread.get_ident(), _json.dumps, open
     setitimer, getsignal, setsignal = _signal.setitimer, _signal.getsignal, _signal.signal
     cpu_now = _time.process_time  # the clock ITIMER_PROF counts: the process's CPU seconds
+    rnd, larger = round, max
     err = dup(2)
     write(err, ("ROLLFORGE-LOADED %s\n" % nonce).encode())  # before any of the candidate's code
     state = {"open": False, "sealed": False}
@@ -186,8 +187,8 @@ def _install(cfg):
             setitimer(TIMER, 0)
             # each test's CPU seconds (its call, as the limit counts them): the repo builder
             # rejects what runs near the limit, so no decision of its hangs on the load
-            used = round(cpu_now() - start, 3)
-            rec["cpu"][item.nodeid] = max(used, rec["cpu"].get(item.nodeid, 0.0))
+            used = rnd(cpu_now() - start, 3)
+            rec["cpu"][item.nodeid] = larger(used, rec["cpu"].get(item.nodeid, 0.0))
             if getsignal(SIG) is not alarm:
                 flag("timeout_evasion")
             setsignal(SIG, alarm)
@@ -224,7 +225,7 @@ def _install(cfg):
             return (yield)
         finally:
             rec["exitstatus"] = int(session.exitstatus)
-            rec["cpu_total"] = round(cpu_now(), 3)
+            rec["cpu_total"] = rnd(cpu_now(), 3)
             rec["flags"] = list(seen)
             try:
                 with fopen(summary_name, "w") as fh:
