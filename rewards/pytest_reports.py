@@ -36,7 +36,10 @@ def read_summary(text: str | None, nonce: str, cap: int) -> dict | None:
           and isinstance(rec.get("errors"), dict) and _strs(list(rec["errors"].values()))
           and isinstance(rec.get("collect_errors"), list)
           and all(_strs(e) and len(e) == 2 for e in rec["collect_errors"])
-          and (rec.get("internal_error") is None or type(rec["internal_error"]) is str))
+          and (rec.get("internal_error") is None or type(rec["internal_error"]) is str)
+          and isinstance(rec.get("cpu", {}), dict)
+          and all(type(k) is str and type(v) is float for k, v in rec.get("cpu", {}).items())
+          and type(rec.get("cpu_total", 0.0)) is float)
     return rec if ok else None
 
 

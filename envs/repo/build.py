@@ -6,8 +6,9 @@
    tracer is not gradeable under the grader's audit hook and is left out);
 3. enumerate single-site AST mutants of the package's source (envs/repo/mutate.py), in an
    order fixed by a hash of each mutant, and keep one only if, over the stable tests, it turns
-   at least one red, leaves every module importable (no collection error), raises no flag and
-   times nothing out, and a second run of its graded tests gives the same outcomes;
+   at least one red, leaves every module importable (no collection error), raises no flag,
+   keeps well away from the time limits (`BuildOptions.cpu_margin`) and a second run of its
+   graded tests gives the same outcomes;
 4. pair kept mutants of two different files into two-file instances (each file's bug must
    still break a test of its own in the pair);
 5. write each instance as a task: the bug as a patch, its gold fix (the patch reverted), the
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
 from envs.repo.diffs import make_diff
 from envs.repo.grading import (TestRun, covers, is_test_path, judge_names, prefixes,
-                               run_tests)
+                               run_tests, run_timeout)
 from envs.repo.mutate import Mutant, mutants
 from envs.sources import split_of
 from sandbox.base import Limits, Sandbox
@@ -48,7 +50,16 @@ class BuildOptions:
     max_tries: int = 400  # mutants tried at most (the first ones in hash order)
     pairs: int = 10  # two-file instances made from kept ones
     heldout_fraction: float = 0.2
-    per_test_s: float = 10.0
+    per_test_s: float = 10.0  # a test's CPU-time limit
+    # The part of a limit a decision may come near: a test whose call uses more CPU than
+    # cpu_margin * per_test_s is left out of the stable tests, and a mutant is rejected when any
+    # test it runs does (or its run uses more than cpu_margin of the run's wall-clock limit).
+    # CPU time varies by some tens of percent with what shares the core, so a test that needs
+    # 9 s of a 10 s limit passes in one build and times out in the next (more.py:2506 did);
+    # with the timeouts on the same side as everything above a third of the limit, a decision
+    # flips only for a test whose CPU time changes threefold. The pristine tests take at most
+    # 0.25 s; the build prints the nearest figures on each side of the line.
+    cpu_margin: float = 0.3
 
 
 def source_files(tree: dict[str, bytes]) -> list[str]:
@@ -105,13 +116,22 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
         raise BuildError(f"{spec}: no package source found (top-level packages with .py files)")
     passed_all: set[str] | None = None
     universe: set[str] = set()  # every node id any run collected
+    cap = opts.cpu_margin * opts.per_test_s
+    slowest: dict[str, float] = {}
     for i in range(opts.runs):
         r = _run(tree, None, sandbox, limits, opts, f"{spec}: test run {i + 1}")
         ok = {t for t, o in r.outcomes.items() if o == "passed"}
         universe |= set(r.outcomes)
+        for t, c in r.cpu.items():
+            slowest[t] = max(c, slowest.get(t, 0.0))
         passed_all = ok if passed_all is None else passed_all & ok
         progress(f"{spec}: run {i + 1}/{opts.runs}: {len(ok)} of {len(r.outcomes)} tests passed")
-    stable = sorted(passed_all or ())
+    slow = {t for t in passed_all or () if slowest.get(t, 0.0) > cap}  # near the limit: out
+    stable = sorted((passed_all or set()) - slow)
+    if stable:
+        top = max(stable, key=lambda t: slowest.get(t, 0.0))
+        progress(f"{spec}: {len(slow)} passing tests left out for using over {cap:g} s of CPU; "
+                 f"the slowest kept, {top}, used {slowest.get(top, 0.0):.3f} s")
     check = _run(tree, stable, sandbox, limits, opts, f"{spec}: the stable tests")
     if check.flags or any(check.outcomes.get(t) != "passed" for t in stable):
         bad = [t for t in stable if check.outcomes.get(t) != "passed"][:3]
@@ -124,17 +144,29 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
     cands.sort(key=lambda m: _order(spec, m))
     kept: list[tuple[Mutant, list[str], list[str], dict[str, str], int]] = []
     tried = 0
+    why: Counter[str] = Counter()  # rejections by reason
+    peak = {"kept": 0.0, "rejected": float("inf")}  # the nearest CPU figures to the line
     for m in cands:
         if len(kept) >= opts.max_instances or tried >= opts.max_tries:
             break
         tried += 1
-        got = _validate(tree, {m.path: m.source.encode()}, stable, universe, sandbox, limits,
-                        opts)
-        if got is not None:
+        got, most = _validate(tree, {m.path: m.source.encode()}, stable, universe, sandbox,
+                              limits, opts)
+        if isinstance(got, str):
+            why[got.split(":")[0]] += 1
+            if got.startswith("slow"):
+                peak["rejected"] = min(peak["rejected"], most)
+                progress(f"{spec}: {m.site} rejected, {got}")
+        else:
             kept.append((m, *got))
+            peak["kept"] = max(peak["kept"], most)
         if tried % 25 == 0:
             progress(f"{spec}: {tried} mutants tried, {len(kept)} kept")
-    progress(f"{spec}: {len(kept)} of {tried} mutants kept")
+    progress(f"{spec}: {len(kept)} of {tried} mutants kept; rejected: "
+             + (", ".join(f"{n} {k}" for k, n in sorted(why.items())) or "none")
+             + f"; the most CPU one test of a kept mutant used: {peak['kept']:.3f} s (the "
+             f"line: {cap:g} s" + (f"; the least over it: {peak['rejected']:.3f} s)"
+                                   if peak["rejected"] < float("inf") else ")"))
     tasks = [_task(spec, sha, tree, {m.path: m.source.encode()}, [m], f2p, p2p, msgs, nc, opts)
              for m, f2p, p2p, msgs, nc in kept]
     made = 0
@@ -145,8 +177,8 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
             if a[0].path == b[0].path or not (set(a[1]) - set(b[1])) or not (set(b[1]) - set(a[1])):
                 continue
             bug = {a[0].path: a[0].source.encode(), b[0].path: b[0].source.encode()}
-            got = _validate(tree, bug, stable, universe, sandbox, limits, opts)
-            if got is not None:
+            got, _ = _validate(tree, bug, stable, universe, sandbox, limits, opts)
+            if not isinstance(got, str):
                 tasks.append(_task(spec, sha, tree, bug, [a[0], b[0]], *got, opts))
                 made += 1
     progress(f"{spec}: {len(tasks)} instances ({made} two-file)")
@@ -172,27 +204,52 @@ def _run(tree, ids, sandbox, limits, opts, what: str) -> TestRun:
     return r
 
 
+def _too_near(r: TestRun, n: int, limits: Limits, opts: BuildOptions) -> str | None:
+    """Why a run of `n` tests came too near a time limit for its outcome to hold at another
+    load (BuildOptions.cpu_margin), or None. Every test of the run counts: one that fails
+    decides the mutant's F2P, one that passes its P2P or its stability."""
+    if r.res.status == "timeout":
+        return "timeout: the run was killed by the wall-clock limit, twice"
+    if any(o == "timeout" for o in r.outcomes.values()):
+        return "timeout: a test ran past its CPU limit"
+    cap = opts.cpu_margin * opts.per_test_s
+    top = max(r.cpu, key=r.cpu.__getitem__, default=None)
+    if top is not None and r.cpu[top] > cap:
+        return f"slow: {top} used {r.cpu[top]:.3f} s of CPU (over {cap:g} s)"
+    wall = opts.cpu_margin * run_timeout(limits, n, opts.per_test_s)
+    if r.cpu_total > wall:
+        return f"slow: the run used {r.cpu_total:.1f} s of CPU (over {wall:g} s)"
+    return None
+
+
 def _validate(tree, bug, stable, universe, sandbox, limits, opts):
-    """(F2P, P2P, messages) of a bug, or None if it is not a usable instance."""
+    """((F2P, P2P, messages, collected) of a bug, or why it is not a usable instance), and the
+    most CPU time any one test of its runs used."""
     buggy = dict(tree, **bug)
     what = f"mutant of {', '.join(sorted(bug))}"
     r = _run(buggy, stable, sandbox, limits, opts, what)
+    most = max(r.cpu.values(), default=0.0)
+    if near := _too_near(r, len(stable), limits, opts):
+        return near, most  # before any other reason: what a slower run would have made of it
     if r.flags or r.collect_errors or set(r.collected) != set(stable):
-        return None
+        return "unusable: a flag, a collection error or other tests collected", most
     if any(o not in ("passed", "failed", "error") for o in r.outcomes.values()):
-        return None  # a timeout (an endless loop) is a bug no test output explains
+        return "unusable: an outcome other than passed, failed or error", most
     f2p = sorted(t for t in stable if r.outcomes.get(t) != "passed")
     if not f2p:
-        return None
+        return "harmless: no stable test turned red", most
     files = {t.split("::")[0] for t in f2p}
     p2p = compress(sorted(t for t in stable if t not in f2p and t.split("::")[0] in files),
                    f2p, universe)
     again = _run(buggy, f2p + p2p, sandbox, limits, opts, what)
+    most = max([most, *again.cpu.values()])
+    if near := _too_near(again, len(f2p) + len(p2p), limits, opts):
+        return near, most
     outs, flags = judge_names(again, tuple(f2p + p2p), frozenset(f2p), None)
     outs = [o == "passed" for o in outs]
     if again.flags or any(outs[: len(f2p)]) or not all(outs[len(f2p):]):
-        return None  # not the same outcome twice: a flaky instance
-    return f2p, p2p, {t: r.messages.get(t, "") for t in f2p}, len(again.collected)
+        return "flaky: not the same outcome twice", most
+    return (f2p, p2p, {t: r.messages.get(t, "") for t in f2p}, len(again.collected)), most
 
 
 def compress(p2p: list[str], f2p: list[str], universe: set[str]) -> list[str]:

@@ -85,7 +85,13 @@ class TestRun:
     res: ExecResult
     infra: str | None = None
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)
+    cpu: dict[str, float] = field(default_factory=dict)  # each test's CPU seconds (its call)
+    cpu_total: float = 0.0  # the pytest process's CPU seconds, start to end
+
+
+def run_timeout(limits: Limits, n: int, per_test_s: float) -> float:
+    """The wall-clock limit of a run of `n` targets (test files or node ids)."""
+    return limits.timeout_s + min(per_test_s * n, 120.0)
 
 
 def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandbox,
@@ -112,8 +118,7 @@ def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandb
     argv = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:timeout",
             "-c", INI, "--rootdir=.", "--capture=sys", "--tb=short", "--color=no",
             "-W", "ignore::DeprecationWarning", f"--junitxml={junit}", *targets]
-    n = len(targets)
-    run_limits = replace(limits, timeout_s=limits.timeout_s + min(per_test_s * n, 120.0),
+    run_limits = replace(limits, timeout_s=run_timeout(limits, len(targets), per_test_s),
                          output_bytes=max(limits.output_bytes, _REPORT_CAP))
     res = sandbox.run(files, argv, run_limits, collect=[junit, summary])
     empty = TestRun({}, {}, (), (), (), res, seconds=res.duration_s)
@@ -170,7 +175,8 @@ def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
     messages = {k: _HEX.sub("0x...", cases.get(junit_key(k), ("", ""))[1])[:300]
                 for k, v in outcomes.items() if v != "passed"}
     return TestRun(outcomes, messages, tuple(rec["collected"]), errs,
-                   tuple(dict.fromkeys(flags)), res, seconds=res.duration_s)
+                   tuple(dict.fromkeys(flags)), res, seconds=res.duration_s,
+                   cpu=dict(rec.get("cpu", {})), cpu_total=rec.get("cpu_total", 0.0))
 
 
 # -- the grade of a candidate --------------------------------------------------------------------

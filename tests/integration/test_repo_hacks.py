@@ -179,3 +179,6 @@ def test_a_test_is_limited_by_its_cpu_time_not_by_the_wall_clock():
     assert run.infra is None and not run.flags, (run.infra, run.flags)
     assert run.outcomes == {"tests/test_clock.py::test_sleeps": "passed",
                             "tests/test_clock.py::test_spins": "timeout"}
+    # each test's CPU seconds come back: what the builder keeps its decisions away from
+    assert run.cpu["tests/test_clock.py::test_sleeps"] < 0.1 <= 0.3 <= run.cpu[
+        "tests/test_clock.py::test_spins"], run.cpu

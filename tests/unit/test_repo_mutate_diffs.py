@@ -119,3 +119,28 @@ def test_repo_grader_reads_the_plugin_records_as_the_testfile_verifier_does():
                 dict(good, flags="x"), dict(good, outcomes={"tests/test_m.py::test_a": "won"})):
         run = _judge(_repo_records(bad), "r.xml", "s.json", "n0")
         assert run.outcomes == {} and "forged_report" in run.flags
+
+
+def test_the_builder_rejects_a_run_near_a_time_limit_with_its_reason():
+    from envs.repo.build import BuildOptions, _too_near
+    from envs.repo.grading import _judge
+    from sandbox.base import Limits
+
+    good = {"nonce": "n0", "collected": ["tests/test_m.py::test_a"],
+            "outcomes": {"tests/test_m.py::test_a": "passed"}, "errors": {},
+            "collect_errors": [], "internal_error": None, "exitstatus": 0, "flags": [],
+            "cpu": {"tests/test_m.py::test_a": 2.5}, "cpu_total": 3.0}
+    limits, opts = Limits(timeout_s=60.0), BuildOptions()  # per test 10 s CPU, margin 0.3
+
+    def near(**changed):
+        return _too_near(_judge(_repo_records(dict(good, **changed)), "r.xml", "s.json", "n0"),
+                         1, limits, opts)
+
+    assert near() is None  # 2.5 s of a 10 s limit: far enough from it at any load
+    # 4 s passes here, but a third of the limit is as near as a decision may come to it
+    assert near(cpu={"tests/test_m.py::test_a": 4.0}).startswith("slow: tests/test_m.py::test_a")
+    assert near(cpu_total=30.0).startswith("slow: the run")  # 0.3 of its 70 s wall limit: 21 s
+    assert near(outcomes={"tests/test_m.py::test_a": "timeout"}).startswith("timeout")
+    run = _judge(_repo_records(dict(good, cpu={"tests/test_m.py::test_a": "1"})), "r.xml",
+                 "s.json", "n0")
+    assert run.outcomes == {} and "forged_report" in run.flags  # not what the plugin writes
