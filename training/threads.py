@@ -10,11 +10,12 @@ other processes leave free, measured just before each stage that runs the model 
 start, sampling, the update in this process, evaluation) and again during the long loops
 (`retune`), so a competitor that arrives or leaves mid-run is followed within seconds.
 
-"Other processes" are everything but this process: the run's own Dask workers and sandboxes
-run between the model's stages, not during them, and are idle by the time the model runs.
-The measurement is a background thread reading /proc/stat and /proc/self/stat twice a second
-(a few hundred microseconds each time); the last second decides. Where /proc is missing (not
-Linux), `auto` is the core count.
+"Other processes" are everything but this process and its descendants: the run's own Dask
+workers and sandboxes run between the model's stages, not during them, and the tail of a
+rollout stage must not read as a neighbour at the next stage's start (it did, before they were
+excluded: `auto` took 1 thread on a quiet machine). The measurement is a background thread
+reading /proc twice a second (a few milliseconds each time); the last second decides. Where
+/proc is missing (not Linux), `auto` is the core count.
 """
 from __future__ import annotations
 
@@ -39,19 +40,47 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+def _tree_ticks() -> int:
+    """CPU ticks of this process and every process under it (the run's Dask workers, their
+    sandboxes): utime + stime + the reaped children's cutime + cstime of each, so a sandbox
+    that ended between two readings is counted in its parent."""
+    me = os.getpid()
+    parent, ticks = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                rest = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # it ended meanwhile
+            continue
+        pid = int(name)
+        parent[pid] = int(rest[1])
+        ticks[pid] = sum(int(x) for x in rest[11:15])
+    mine, total = {me}, 0
+    for pid in sorted(parent):  # a child's pid is not always above its parent's: walk up
+        p, chain = pid, []
+        while p not in mine and p in parent and p > 1 and len(chain) < 64:
+            chain.append(p)
+            p = parent[p]
+        if p in mine:
+            mine.update(chain)
+    return sum(ticks.get(p, 0) for p in mine)
+
+
 def _busy_s() -> tuple[float, float] | None:
-    """(all cores' busy seconds, this process's CPU seconds) so far, or None without /proc."""
+    """(all cores' busy seconds, this run's CPU seconds: this process and its descendants) so
+    far, or None without /proc."""
     try:
         with open("/proc/stat") as f:
             fields = [int(x) for x in f.readline().split()[1:]]
-        with open("/proc/self/stat") as f:
-            mine = f.read().rsplit(")", 1)[1].split()
+        tree = _tree_ticks()
     except OSError:
         return None
     hz = os.sysconf("SC_CLK_TCK")
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     busy = sum(fields[:8]) - idle  # user nice system idle iowait irq softirq steal
-    return busy / hz, (int(mine[11]) + int(mine[12])) / hz  # utime, stime
+    return busy / hz, tree / hz
 
 
 class _Monitor:

@@ -1,5 +1,7 @@
 """`threads.torch`: the flow's torch thread count, fixed or following what other processes
 leave free."""
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,8 +37,15 @@ def test_the_thread_budget_is_not_part_of_what_a_run_computes():
     assert load_config(None, ["threads.torch=1"]).hash() == load_config(None, []).hash()
 
 
+def _neighbour() -> int:
+    """A busy process that is not under this one (its shell parent exits: it is adopted)."""
+    out = subprocess.run(["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & "
+                          "echo $!"], capture_output=True, text=True, check=True)
+    return int(out.stdout)
+
+
 def test_a_busy_neighbour_is_seen_and_costs_a_core():
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    pid = _neighbour()
     try:
         monitor = threads._Monitor()
         time.sleep(1.6)
@@ -45,8 +54,22 @@ def test_a_busy_neighbour_is_seen_and_costs_a_core():
         assert others is not None and others > 0.6, others
         assert threads.choose("auto", others, n_cores=2) == 1
     finally:
-        busy.kill()
-        busy.wait()
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_the_runs_own_processes_are_not_neighbours():
+    """A busy descendant (a Dask worker, a sandbox) counts as this run's own CPU."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        start = threads._busy_s()
+        time.sleep(1.5)
+        end = threads._busy_s()
+        # the child's second and a half is in the tree's seconds (its share of a core, at least
+        # a third of it on a loaded 2-core machine)
+        assert end[1] - start[1] > 0.5, (start, end)
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_retune_does_nothing_until_a_setting_was_applied(monkeypatch):
