@@ -100,8 +100,10 @@ def _host_of(address: str) -> str:
 def _rank_threads(ranks_here: int, cpus: int | None = None) -> int:
     """Torch threads per rank: OMP_NUM_THREADS when the user set it, else the host's cores
     shared out. Torch's default (every core in every rank) oversubscribes the CPU N times over."""
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    from training.threads import USER_OMP  # not the OMP_NUM_THREADS=1 a LocalCluster leaves
+
+    if USER_OMP.isdigit():
+        return max(1, int(USER_OMP))
     return max(1, (cpus or os.cpu_count() or 1) // ranks_here)
 
 

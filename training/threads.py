@@ -27,6 +27,11 @@ from collections import deque
 from contextlib import contextmanager
 from typing import Iterator
 
+# What the user set, read when this module is imported (the flow imports it before it starts
+# a Dask LocalCluster: distributed's nanny leaves OMP_NUM_THREADS=1 in the starting process's
+# environment for its workers, which must not become the flow's own cap).
+USER_OMP = os.environ.get("OMP_NUM_THREADS", "")
+
 WINDOW_S = 1.0
 TICK_S = 0.5
 SLACK = 0.3  # a core counts as taken when others use more than this fraction of it
@@ -128,9 +133,8 @@ def choose(setting: int | str, others: float | None, n_cores: int | None = None)
     if setting != "auto":
         return int(setting)
     n = n_cores or cores()
-    cap = os.environ.get("OMP_NUM_THREADS", "")
-    if cap.isdigit() and int(cap) >= 1:
-        n = min(n, int(cap))
+    if USER_OMP.isdigit() and int(USER_OMP) >= 1:
+        n = min(n, int(USER_OMP))
     if others is None:
         return n
     free = (n_cores or cores()) - math.ceil(others - SLACK)

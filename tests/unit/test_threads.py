@@ -15,12 +15,12 @@ from training import threads
 @pytest.mark.parametrize("others,expected", [(0.0, 4), (0.2, 4), (0.5, 3), (1.0, 3),
                                              (1.4, 2), (3.9, 1), (9.0, 1), (None, 4)])
 def test_auto_takes_the_cores_others_leave_at_least_one(others, expected, monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "USER_OMP", "")
     assert threads.choose("auto", others, n_cores=4) == expected
 
 
 def test_auto_never_exceeds_omp_num_threads_and_a_count_is_kept(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr(threads, "USER_OMP", "2")
     assert threads.choose("auto", 0.0, n_cores=8) == 2
     assert threads.choose("auto", 7.0, n_cores=8) == 1
     assert threads.choose(3, 7.0, n_cores=8) == 3  # a fixed count ignores the load

@@ -155,7 +155,9 @@ class _Facts:
 
 
 def test_ranks_spread_evenly_over_the_workers_numbered_within_each_host(monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    from training import threads
+
+    monkeypatch.setattr(threads, "USER_OMP", "")
     facts = {"tcp://10.0.0.2:9001": {"host": "10.0.0.2", "cpus": 32, "gpus": 0},
              "tcp://10.0.0.1:9001": {"host": "10.0.0.1", "cpus": 16, "gpus": 0},
              "tcp://10.0.0.1:9002": {"host": "10.0.0.1", "cpus": 16, "gpus": 0}}
@@ -167,7 +169,7 @@ def test_ranks_spread_evenly_over_the_workers_numbered_within_each_host(monkeypa
         ("10.0.0.1", 2, 4), ("10.0.0.1", 3, 4), ("10.0.0.2", 1, 2)]
     # the host's cores shared by its ranks, unless the user said how many threads
     assert [s.threads for s in slots] == [4, 4, 16, 4, 4, 16]
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.setattr(threads, "USER_OMP", "3")
     assert {s.threads for s in group.plan(6, _Facts(facts))} == {3}
 
 
