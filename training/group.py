@@ -32,9 +32,8 @@ exits by itself.
 `rl.processes: 1` (the default) never starts a group: the update runs in the flow's process,
 as it always has.
 
-Test hook: ROLLFORGE_FAULT_KILL_RANK="<rank>:<version>:<marker file>" makes that rank SIGKILL
-itself right after its engine is built for that version (the other ranks are then inside the
-update, waiting on it in a collective), once: the marker file records that it happened.
+A rank's own side (its connection back, its main loop, the fault hook the tests use) is
+training/rank.py.
 """
 from __future__ import annotations
 
@@ -45,18 +44,14 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
-import traceback
 from dataclasses import asdict, dataclass
 from multiprocessing import AuthenticationError
-from multiprocessing.connection import (Client, Connection, answer_challenge, deliver_challenge,
-                                        wait)
+from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from pathlib import Path
 from typing import Sequence
 
-FAULT_ENV = "ROLLFORGE_FAULT_KILL_RANK"
-ADDR_ENV, KEY_ENV = "ROLLFORGE_GROUP_ADDR", "ROLLFORGE_GROUP_KEY"
+from training.rank import ADDR_ENV, FAULT_ENV, KEY_ENV  # noqa: F401  (FAULT_ENV: tests set it)
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
 _REPO = Path(__file__).resolve().parent.parent
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -208,7 +203,7 @@ def _base_env() -> dict:
 def _popen(env: dict) -> subprocess.Popen:
     # Its own session: a Ctrl-C in the terminal reaches the flow, which closes the group; the
     # ranks never print a KeyboardInterrupt each. stdin is not theirs to read.
-    return subprocess.Popen([sys.executable, "-m", "training.group", "--rank-main"],
+    return subprocess.Popen([sys.executable, "-m", "training.rank", "--rank-main"],
                             stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
@@ -483,98 +478,3 @@ def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperatur
             "train/group_jobs": group.jobs,
             "train/group_hosts": len({s.host for s in group.slots}),
             "train/group_workers": len({s.worker for s in group.slots} - {None})}
-
-
-# ---- the rank side -------------------------------------------------------------------------
-
-def connect_supervisor() -> Connection:
-    """A rank's connection to its supervisor (from the variables the group started it with);
-    the first message says which rank this is. The rank exits when its parent is gone."""
-    host, port = os.environ[ADDR_ENV].rsplit(":", 1)
-    conn = Client((host, int(port)), authkey=bytes.fromhex(os.environ[KEY_ENV]))
-    conn.send({"rank": int(os.environ["RANK"]), "pid": os.getpid()})
-    parent = os.getppid()
-
-    def watch():
-        # A rank inside a collective never reads its connection, so it would outlive a dead
-        # supervisor or Dask worker by as long as gloo's timeout; its parent's exit ends it.
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="rank-parent-watch").start()
-    return conn
-
-
-def _arm_fault(version: int) -> None:
-    """The test hook of the module docstring."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    rank_s, version_s, marker = spec.split(":", 2)
-    if int(rank_s) != int(os.environ["RANK"]) or int(version_s) != version or Path(marker).exists():
-        return
-    Path(marker).write_text(str(os.getpid()))
-    from training import engine as eng
-
-    real = eng.make_engine
-
-    def make_then_die(*args, **kwargs):
-        real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    eng.make_engine = make_then_die
-
-
-def _rank_main() -> int:
-    conn = connect_supervisor()
-    # DeepSpeed's logs and progress lines go to stderr, which the rank shares with the flow's
-    # terminal (or its Dask worker's log).
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    from flows.env import apply_defaults
-
-    apply_defaults()
-    import torch
-
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    from training import engine as eng
-    from training.config import PolicyConfig, RLConfig
-    from training.trainer import RLSample, grpo_update
-
-    try:
-        eng.setup_distributed()
-    except BaseException:
-        conn.send({"error": traceback.format_exc()})
-        return 1
-    conn.send({"rank": eng.rank(), "pid": os.getpid(), "host": socket.gethostname(),
-               "threads": torch.get_num_threads(),
-               "backend": "nccl" if torch.cuda.is_available() else "gloo"})
-    while True:
-        try:
-            job = pickle.loads(conn.recv_bytes())
-        except (EOFError, OSError):  # the supervisor is gone
-            return 1
-        if job is None:
-            eng.teardown_distributed()
-            return 0
-        try:
-            _arm_fault(job["version"])
-            samples = [RLSample(**s) for s in job["samples"]]
-            metrics = grpo_update(job["run_dir"], job["version"], samples,
-                                  PolicyConfig(**job["policy"]), RLConfig(**job["rl"]),
-                                  job["temperature"], job["seed"], job["replay"])
-            conn.send({"rank": eng.rank(), "metrics": metrics})
-        except BaseException:
-            conn.send({"error": traceback.format_exc()})
-            return 1
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--rank-main"]:
-        sys.exit("python -m training.group --rank-main: a rank of the trainer group; started by "
-                 "training.group.TrainerGroup, not by hand")
-    raise SystemExit(_rank_main())

@@ -80,7 +80,7 @@ def test_one_process_runs_the_update_in_this_process(monkeypatch, tmp_path):
 
 FAKE_RANK = '''
 import os, pickle, sys
-from training.group import connect_supervisor
+from training.rank import connect_supervisor
 send = recv = connect_supervisor()
 rank = int(os.environ["RANK"])
 send.send({"rank": rank, "pid": os.getpid()})
