@@ -35,6 +35,15 @@ sys.path.insert(0, str(ROOT))
 from bench.bench_stages import run  # noqa: E402
 
 
+def seed_v0(v0: Path, out: str, run_id: str) -> None:
+    """Run `run_id` under `out` starts from the warm start `v0` (its SFT stage finds it)."""
+    from training.checkpoints import checkpoint_dir
+
+    dst = checkpoint_dir(f"{out}/{run_id}", 0)
+    dst.parent.mkdir(parents=True)
+    shutil.copytree(v0, dst)
+
+
 def median_iteration(run_dir: str) -> tuple[float, dict]:
     import numpy as np
 
@@ -44,7 +53,7 @@ def median_iteration(run_dir: str) -> tuple[float, dict]:
     plain = m[m.get("time/evaluate_s", 0).fillna(0) == 0] if "time/evaluate_s" in m else m
     rows = plain if len(plain) else m
     parts = {s: float(np.median(rows[f"time/{s}_s"].fillna(0))) for s in
-             ("sample", "run_rollouts", "update_policy") if f"time/{s}_s" in rows}
+             ("sample", "run_rollouts", "update_policy", "update_wait") if f"time/{s}_s" in rows}
     parts["threads"] = float(np.median(m["threads/torch"])) if "threads/torch" in m else float("nan")
     return float(np.median(rows["time/iteration_s"])), parts
 
@@ -73,9 +82,7 @@ def main() -> int:
     results = []
     for load, threads in cases:
         run_id = f"{load}-{threads}"
-        dst = checkpoint_dir(f"{args.out}/{run_id}", 0)
-        dst.parent.mkdir(parents=True)
-        shutil.copytree(v0, dst)
+        seed_v0(v0, args.out, run_id)
         hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) \
             if load == "busy" else None
         try:

@@ -1,7 +1,7 @@
 """Where one rollforge iteration of bench/bench_trl.py's workload spends the time that is not
 sampling, rollouts or the update's math: a `rollforge run` of the same config, in this process,
 with cProfile on from iteration 1 on (iteration 0 pays the cluster's and the fork server's
-warm-up) over `run_iteration` and what the flow does between iterations (`publish_iteration`).
+warm-up) over `run_iteration`, which ends with the UI artifacts (`publish_iteration`).
 Prints seconds per iteration of named items (cumulative: an item's callees are in it), and
 writes the whole profile to WORK/profile.pstats and its top functions to WORK/profile.txt.
 
@@ -105,8 +105,8 @@ def main() -> int:
         f"policy.model_path={work / 'warm'}", f"out_dir={work / 'runs'}", f"run_id={run_id}",
         f"iterations={args.iterations}"])
     prof = cProfile.Profile()
-    seconds = {"run_iteration": 0.0, "publish_iteration": 0.0}
-    run_iteration, publish_iteration = flow_mod.run_iteration, flow_mod.publish_iteration
+    seconds = {"run_iteration": 0.0}
+    run_iteration = flow_mod.run_iteration
 
     def profiled(name, fn):
         def wrapper(cfg_, it, *a, **kw):
@@ -122,7 +122,6 @@ def main() -> int:
         return wrapper
 
     flow_mod.run_iteration = profiled("run_iteration", run_iteration)
-    flow_mod.publish_iteration = profiled("publish_iteration", publish_iteration)
     flow_mod.train_flow(cfg.model_dump(mode="json"))
     n = args.iterations - 1
     prof.dump_stats(str(work / "profile.pstats"))
@@ -131,10 +130,10 @@ def main() -> int:
     stats.sort_stats("cumulative").print_stats(args.top)
     (work / "profile.txt").write_text(buf.getvalue())
 
-    total = (seconds["run_iteration"] + seconds["publish_iteration"]) / n
+    total = seconds["run_iteration"] / n
     print(f"profile of {n} rollforge iterations (1..{n}) of bench/trl_workload.yaml, run "
           f"{cfg.run_dir}; seconds per iteration, cumulative (an item holds its callees)")
-    print(f"  {'iteration, profiled (run_iteration + publish_iteration)':<66}{total:8.3f}")
+    print(f"  {'iteration, profiled (run_iteration)':<66}{total:8.3f}")
     for label, suffix, name in ITEMS:
         if name == "__call__:less_bodies":
             ct = _find(stats, suffix, "__call__")[0] - _find(stats, "flows/staging.py",

@@ -146,6 +146,11 @@ class RunConfig(BaseModel):
         if self.tasks.sources is not None and not self.tasks.sources:
             raise ValueError("tasks.sources is empty: give at least one source, or null for "
                              "the procedural suite")
+        if self.rl.overlap and self.keep_checkpoints < 3:
+            raise ValueError(f"rl.overlap needs keep_checkpoints >= 3 (got "
+                             f"{self.keep_checkpoints}): iteration i samples with version i-1 "
+                             "while version i+1 is being written, and a resumed run needs "
+                             "the version before its first unfinished iteration")
         if self.policy.n_embd % self.policy.n_head:
             raise ValueError(f"policy.n_embd={self.policy.n_embd} must be divisible by "
                              f"policy.n_head={self.policy.n_head}")
@@ -192,6 +197,8 @@ class RunConfig(BaseModel):
         _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",
                                                   "lora_targets", "gradient_checkpointing"))
         _pop_defaults(d["rl"], RLConfig, ("autocast",))
+        # Overlap off is how runs before it existed worked: same hash.
+        _pop_defaults(d["rl"], RLConfig, ("overlap", "off_policy_is_cap"))
         return d
 
     def hash(self) -> str:

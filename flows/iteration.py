@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -32,7 +33,8 @@ from flows.parameters import config_dict, whole_config
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
-from flows.staging import CODE_VERSION, _has_checkpoint, _stage, bulky, call_stage
+from flows.staging import (CODE_VERSION, _has_checkpoint, _stage, bulky, call_stage,
+                            submit_stage)
 from flows.warm_start import agent_demos, probe_fn
 from storage import registry, trajectories
 from tasks.record import Task
@@ -154,20 +156,25 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
 @_stage("update_policy", retries=1, timeout_s=4 * 3600,
         product=_has_checkpoint(lambda p: p["version"] + 1))
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
+    t0 = time.perf_counter()
     samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
                         reward=r["reward"], group_id=r["group_id"],
-                        completion_mask=r.get("completion_mask")) for r in rows]
+                        completion_mask=r.get("completion_mask"),
+                        version=r.get("policy_version")) for r in rows]
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
-    # On rl.processes ranks: this process for one, the resident trainer group for more, its
-    # ranks placed on this machine or (rl.placement dask) on the rollouts' Dask workers.
+    # On rl.processes ranks: this process for one, the resident trainer group for more (or
+    # with rl.overlap, beside the sampler), its ranks placed on this machine or (rl.placement
+    # dask) on the rollouts' Dask workers. Only an update in this process takes this process's
+    # thread budget: an overlapped one must not change the sampler's thread count.
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker) \
         if cfg.rl.placement == "dask" else None
-    with torch_threads.budget(cfg.threads.torch) as chosen:
+    here = trainer_group.runs_here(cfg.rl, client)
+    with (torch_threads.budget(cfg.threads.torch) if here else nullcontext({})) as chosen:
         out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
                                    cfg.sampling.temperature, cfg.seed, replay, client=client)
-    return {**out, **chosen}
+    return {**out, **chosen, "train/stage_seconds": time.perf_counter() - t0}
 
 
 @_stage("checkpoint", retries=2, timeout_s=600,
@@ -178,7 +185,9 @@ def checkpoint(cfg: RunConfig, iteration: int, version: int, metrics: dict) -> s
     registry.record_checkpoint(cfg.run_dir, iteration, str(path), {
         k: v for k, v in metrics.items() if k.startswith(("heldout/pass", "rollout/mean"))})
     registry.mark_iteration_done(cfg.run_dir, iteration)
-    checkpoints.prune(cfg.run_dir, cfg.keep_checkpoints, keep={0})
+    # With rl.overlap the next update may be writing its version's staging folder right now.
+    checkpoints.prune(cfg.run_dir, cfg.keep_checkpoints, keep={0},
+                      staging=not cfg.rl.overlap)
     return str(path)
 
 
@@ -232,6 +241,8 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
     if config_file:
         log.info(f"config from {config_file} (the config parameter is not used)")
     begin_run(cfg)
+    if cfg.rl.overlap:  # no update is out yet: what a killed one left staging can go
+        checkpoints.clear_staging(cfg.run_dir)
     opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
     done = set(registry.finished_iterations(cfg.run_dir))
     start = max(done) + 1 if done else 0
@@ -246,9 +257,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         baseline = evaluate_policy(cfg, 0, opts, client)
         log.info(f"SFT start (v0): held-out pass greedy {baseline['heldout/pass_greedy']:.3f}, "
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
-        for it in range(start, cfg.iterations):
-            metrics = run_iteration(cfg, it, opts, log, client)
-            publish_iteration(cfg, it, metrics, log, baseline)
+        run_iterations(cfg, start, opts, log, client, baseline)
         final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
         trainer_group.close_group()  # first: a group on Dask workers is stopped through them
@@ -335,8 +344,61 @@ def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) 
                                                            c.threads_per_worker), tasks, prefix)
 
 
-def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
-    v = it  # iteration i samples with policy version i and publishes version i + 1
+def sample_version(cfg: RunConfig, it: int) -> int:
+    """The policy version iteration `it` samples with: its own (`it`), or with `rl.overlap`
+    the one before (v0 for the first), since version `it` is still being trained meanwhile.
+    A fixed rule, so a resumed run samples exactly as an uninterrupted one."""
+    return it - 1 if cfg.rl.overlap and it > 0 else it
+
+
+def run_iterations(cfg: RunConfig, start: int, opts: dict, log, client, baseline: dict) -> None:
+    """Iterations `start`..N-1. Each is `collect` (tasks, episodes, scores, rows), its update
+    (version i -> i + 1), then `finish` (held-out evaluation of i + 1 when due, the checkpoint
+    record that marks it done, the artifacts). With `rl.overlap`, iteration i's collection
+    (sampling with version i - 1) runs while update i - 1 trains in the trainer process; then
+    update i starts and iteration i - 1 finishes while it trains. The flow waits for an update
+    only when the next one needs its version."""
+    pending = None  # (iteration, what it collected, its update's future) while it trains
+    mark = time.perf_counter()  # the last iteration's end (rl.overlap's iteration time)
+    for it in range(start, cfg.iterations):
+        if not cfg.rl.overlap:
+            run_iteration(cfg, it, opts, log, client, baseline)
+            continue
+        col = collect(cfg, it, opts, client)
+        previous = None
+        if pending is not None:
+            previous = _join(*pending)
+        future = submit_stage(update_policy, opts, cfg, it, it, col["train_rows"])
+        if previous is not None:
+            mark = finish(cfg, *previous, opts, log, client, baseline, mark)
+        pending = (it, col, future)
+    if pending is not None:
+        finish(cfg, *_join(*pending), opts, log, client, baseline, mark)
+
+
+def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client, baseline: dict) -> float:
+    """One iteration without overlap: collect, update, finish; returns when it ended."""
+    t_iter = time.perf_counter()
+    col = collect(cfg, it, opts, client)
+    t = time.perf_counter()
+    train = call_stage(update_policy, opts, cfg, it, it, col["train_rows"])
+    col["timings"]["time/update_policy_s"] = time.perf_counter() - t
+    return finish(cfg, it, col, train, opts, log, client, baseline, t_iter)
+
+
+def _join(it: int, col: dict, future) -> tuple[int, dict, dict]:
+    """Wait for an overlapped update; how long the flow waited is `time/update_wait_s`."""
+    t = time.perf_counter()
+    train = future.result()
+    col["timings"]["time/update_wait_s"] = time.perf_counter() - t
+    col["timings"]["time/update_policy_s"] = train.get("train/stage_seconds", math.nan)
+    return it, col, train
+
+
+def collect(cfg: RunConfig, it: int, opts: dict, client) -> dict:
+    """Iteration `it`'s tasks, episodes (sampled with `sample_version`), scores and stored
+    rows, with dynamic sampling's refill rounds; what the update and `finish` need."""
+    v = sample_version(cfg, it)
     timings: dict[str, float] = {}
 
     def timed(name, fn, *args):
@@ -345,7 +407,6 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
         timings[f"time/{name}_s"] = timings.get(f"time/{name}_s", 0.0) + time.perf_counter() - t
         return out
 
-    t_iter = time.perf_counter()
     t = time.perf_counter()
     ledger = stages.ledger_frame(cfg.run_dir, it)
     timings["time/ledger_s"] = time.perf_counter() - t
@@ -381,29 +442,43 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
     timed("write_trajectories", write_trajectories, cfg, it, v, rows)
     train_rows = ([r for r, k in zip(rows, stages.informative_row_mask(rows)) if k]
                   if cfg.tasks.dynamic_sampling else rows)
-    train = timed("update_policy", update_policy, cfg, it, v, train_rows)
+    return {"rows": rows, "train_rows": train_rows, "episodes": episodes, "stepped": stepped,
+            "queue": queue, "rounds": rounds, "kept_groups": kept_groups,
+            "first_share": first_share, "timings": timings, "sampled_with": v}
+
+
+def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, client,
+           baseline: dict, t_iter: float) -> float:
+    """Iteration `it` after its update: its metrics, the held-out evaluation of version it + 1
+    when due, the checkpoint record (the iteration is done), its log lines and artifacts.
+    `time/iteration_s` is from `t_iter` on: the iteration's start, or with rl.overlap the last
+    iteration's end (the loop's pace). Returns when it ended."""
+    rows, episodes, timings = col["rows"], col["episodes"], col["timings"]
+    G, kept_groups = cfg.sampling.group_size, col["kept_groups"]
     groups = len(rows) // G
     metrics = {**stages.rollout_metrics(rows), **episode_metrics(episodes), **train, **timings,
-               **stages.execution_metrics(stepped, timings.get("time/run_rollouts_s", 0.0),
-                                          total_threads(client), queue),
-               "curriculum/rounds": rounds, "curriculum/groups_generated": groups,
+               **stages.execution_metrics(col["stepped"], timings.get("time/run_rollouts_s", 0.0),
+                                          total_threads(client), col["queue"]),
+               "curriculum/rounds": col["rounds"], "curriculum/groups_generated": groups,
                "curriculum/groups_informative": kept_groups,
                "curriculum/informative_share": kept_groups / groups if groups else math.nan,
-               "curriculum/informative_share_first_round": first_share,
-               "curriculum/groups_trained": len({r["group_id"] for r in train_rows}),
+               "curriculum/informative_share_first_round": col["first_share"],
+               "curriculum/groups_trained": len({r["group_id"] for r in col["train_rows"]}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
-                                              if rows else math.nan)}
+                                              if rows else math.nan),
+               "policy_sampled": col["sampled_with"]}
     for src in sorted({r["source"] for r in rows if r["source"]}):
         mine = [r for r in rows if r["source"] == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)
         metrics[f"rollout/source/{src}/mean_reward"] = stages.rollout_metrics(mine)["rollout/mean_reward"]
     if _eval_due(cfg, it):
         t = time.perf_counter()
-        metrics.update(evaluate_policy(cfg, v + 1, opts, client))
+        metrics.update(evaluate_policy(cfg, it + 1, opts, client))
         metrics["time/evaluate_s"] = time.perf_counter() - t
-    metrics["policy_version"] = v + 1
-    metrics["time/iteration_s"] = time.perf_counter() - t_iter
-    call_stage(checkpoint, opts, cfg, it, v, metrics)
+    metrics["policy_version"] = it + 1
+    ended = time.perf_counter()
+    metrics["time/iteration_s"] = ended - t_iter
+    call_stage(checkpoint, opts, cfg, it, it, metrics)
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
            f"train pass {metrics['rollout/pass_rate']:.3f}")
     if "episode/turns_mean" in metrics:
@@ -413,16 +488,22 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client) -> dict:
         msg += (f", held-out pass greedy {metrics['heldout/pass_greedy']:.3f} "
                 f"sampled {metrics['heldout/pass_sampled']:.3f}")
     log.info(msg + f" ({metrics['time/iteration_s']:.1f}s, {metrics['rollout/per_s']:.0f} rollouts/s)")
-    log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {rounds} round(s), "
-             f"{metrics['curriculum/groups_trained']} trained on; sandbox utilisation "
+    log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {col['rounds']} "
+             f"round(s), {metrics['curriculum/groups_trained']} trained on; sandbox utilisation "
              f"{metrics['sandbox/utilisation']:.2f}, scheduler queue max "
              f"{metrics.get('cluster/queued_max', '-')} queued / "
              f"{metrics.get('cluster/processing_max', '-')} processing")
     if "train/peak_mem_mb" in metrics:
         log.info(_update_line(it, metrics))
+    if cfg.rl.overlap and "train/staleness" in metrics:
+        log.info(f"iteration {it} off-policy: sampled by v{col['sampled_with']}, trained from "
+                 f"v{it}; importance weight mean {metrics['train/is_weight_mean']:.3f}, "
+                 f"{metrics['train/is_weight_capped']:.3f} of tokens at the cap; the flow "
+                 f"waited {timings.get('time/update_wait_s', 0.0):.2f}s for the update")
     log.info("iteration %d stage seconds: %s", it, ", ".join(
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
-    return metrics
+    publish_iteration(cfg, it, metrics, log, baseline)
+    return ended
 
 
 def _update_line(it: int, m: dict) -> str:

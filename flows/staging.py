@@ -87,18 +87,27 @@ def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
     return deco
 
 
-def call_stage(stage, opts: dict, *args):
-    """Run `stage` with the run's task options. A stage whose product is gone (a checkpoint
-    deleted since its result was stored) runs again and replaces its stored result: a cache
-    hit would return what it computed and write nothing. (Its key stays the same, so the
-    stored result is found again once the product is back.)"""
+def _options(stage, opts: dict, args: tuple) -> dict:
     product = getattr(stage, "product", None)
     if product is not None:
         bound = inspect.signature(stage.fn).bind(*args)
         bound.apply_defaults()
         if not product(bound.arguments):
             opts = dict(opts, refresh_cache=True)
-    return stage.with_options(**opts)(*bulky(args))
+    return opts
+
+
+def call_stage(stage, opts: dict, *args):
+    """Run `stage` with the run's task options. A stage whose product is gone (a checkpoint
+    deleted since its result was stored) runs again and replaces its stored result: a cache
+    hit would return what it computed and write nothing. (Its key stays the same, so the
+    stored result is found again once the product is back.)"""
+    return stage.with_options(**_options(stage, opts, args))(*bulky(args))
+
+
+def submit_stage(stage, opts: dict, *args):
+    """`call_stage` in the background (the flow's task runner, a thread): its future."""
+    return stage.with_options(**_options(stage, opts, args)).submit(*bulky(args))
 
 
 def _has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:

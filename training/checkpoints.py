@@ -43,15 +43,23 @@ def exists(run_dir: str, version: int) -> bool:
     return (checkpoint_dir(run_dir, version) / "meta.json").is_file()
 
 
+def clear_staging(run_dir: str) -> None:
+    """Delete the staging folders a killed writer left (none may be in use)."""
+    for stale in (Path(run_dir) / "checkpoints").glob(".tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+
+
 def prune(run_dir: str, keep_last: int, keep: set[int] = frozenset(),
-          best_metric: str | None = None, mode: str = "max") -> list[int]:
+          best_metric: str | None = None, mode: str = "max",
+          staging: bool = True) -> list[int]:
     """Delete all but the newest `keep_last` versions (and those in `keep`, and the best by
-    `best_metric` from `record_scores`, if named); returns deleted."""
+    `best_metric` from `record_scores`, if named); returns deleted. `staging`: also the
+    staging folders of unfinished writes (False while a writer may be at work)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    for stale in root.glob(".tmp-*"):
-        shutil.rmtree(stale, ignore_errors=True)
+    if staging:
+        clear_staging(run_dir)
     found = versions(run_dir)
     if best_metric is not None:
         best = best_version(run_dir, best_metric, mode)

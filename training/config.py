@@ -170,6 +170,19 @@ class RLConfig(BaseModel):
         "rollouts' cluster: several nodes with `cluster.address`), spread evenly over them; the "
         "run folder must then be on storage every host sees")
 
+    overlap: bool = Field(
+        False, description="sample iteration i+1 while iteration i's update runs (one-step "
+        "off-policy, as verl's one-step-off and AReaL): iteration i samples with version i-1 "
+        "(iteration 0 with v0) and its update starts from version i, correcting for the "
+        "staleness with the decoupled PPO objective (AReaL, Fu et al. 2025): the ratio is taken "
+        "against the update's starting weights and each token weighted by pi_start/pi_sampler, "
+        "truncated at off_policy_is_cap. The update runs in a resident trainer process beside "
+        "the sampler, each on half the cores (training/group.py); needs keep_checkpoints >= 3")
+    off_policy_is_cap: float = Field(
+        2.0, ge=1, description="upper bound of the per-token importance weight "
+        "pi_start/pi_sampler of samples drawn by an older version (truncated importance "
+        "sampling); used only when the update's samples are stale (rl.overlap)")
+
     @field_validator("processes", mode="before")
     @classmethod
     def _processes(cls, v):

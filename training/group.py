@@ -29,8 +29,10 @@ or not at all, so a retry never writes anything twice; the trajectories were wri
 earlier stage. A rank whose parent (the flow, or the Dask worker that started it) is gone
 exits by itself.
 
-`rl.processes: 1` (the default) never starts a group: the update runs in the flow's process,
-as it always has.
+`rl.processes: 1` (the default) starts no group: the update runs in the flow's process, as
+it always has, unless `rl.overlap` asks for it beside the sampler: then one rank runs it, and
+ranks started on this machine take half its cores (`share`), which the flow's sampler leaves
+them while the update is out (`training.threads.reserved`).
 
 A rank's own side (its connection back, its main loop, the fault hook the tests use) is
 training/rank.py.
@@ -51,7 +53,9 @@ from multiprocessing.connection import Connection, answer_challenge, deliver_cha
 from pathlib import Path
 from typing import Sequence
 
-from training.rank import ADDR_ENV, FAULT_ENV, KEY_ENV  # noqa: F401  (FAULT_ENV: tests set it)
+from training.rank import (ADDR_ENV, FAULT_ENV, KEY_ENV,  # noqa: F401  (FAULT_ENV: tests set it)
+                           NICE_ENV)
+OVERLAP_NICE = 19  # the CPU priority of local ranks beside the sampler (rl.overlap)
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
 _REPO = Path(__file__).resolve().parent.parent
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -92,14 +96,15 @@ def _host_of(address: str) -> str:
     return host.strip("[]")
 
 
-def _rank_threads(ranks_here: int, cpus: int | None = None) -> int:
-    """Torch threads per rank: OMP_NUM_THREADS when the user set it, else the host's cores
-    shared out. Torch's default (every core in every rank) oversubscribes the CPU N times over."""
+def _rank_threads(ranks_here: int, cpus: int | None = None, share: float = 1.0) -> int:
+    """Torch threads per rank: OMP_NUM_THREADS when the user set it, else the `share` of the
+    host's cores the ranks get, shared out. Torch's default (every core in every rank)
+    oversubscribes the CPU N times over."""
     from training.threads import USER_OMP  # not the OMP_NUM_THREADS=1 a LocalCluster leaves
 
     if USER_OMP.isdigit():
         return max(1, int(USER_OMP))
-    return max(1, (cpus or os.cpu_count() or 1) // ranks_here)
+    return max(1, int((cpus or os.cpu_count() or 1) * share) // ranks_here)
 
 
 @dataclass(frozen=True)
@@ -113,11 +118,12 @@ class Slot:
     threads: int
 
 
-def plan(world: int, client=None) -> list[Slot]:
+def plan(world: int, client=None, share: float = 1.0) -> list[Slot]:
     """Rank r's slot, for r in 0..world-1: all local without a client; else spread evenly over
-    the client's workers in address order (rank r on worker r mod W), numbered within hosts."""
+    the client's workers in address order (rank r on worker r mod W), numbered within hosts.
+    `share`: of this machine's cores, what local ranks get (the rest is the sampler's)."""
     if client is None:
-        threads = _rank_threads(world)
+        threads = _rank_threads(world, share=share)
         return [Slot(None, "127.0.0.1", r, world, threads) for r in range(world)]
     facts = client.run(_worker_facts)
     if not facts:
@@ -213,13 +219,15 @@ class TrainerGroup:
     """N resident rank processes (local, or on a Dask cluster's workers), driven by
     `run(job)`."""
 
-    def __init__(self, world: int, client=None, start_timeout_s: float = START_TIMEOUT_S):
+    def __init__(self, world: int, client=None, start_timeout_s: float = START_TIMEOUT_S,
+                 share: float = 1.0, nice: int = 0):
         if world < 1:
             raise ValueError(f"rl.processes={world}: expected at least 1")
         self.world = world
         self.client = client
+        self.share, self.nice = share, nice
         self.placement = "local" if client is None else "dask"
-        self.key = (world, None if client is None else client.scheduler.address)
+        self.key = (world, None if client is None else client.scheduler.address, share, nice)
         self.jobs = 0  # jobs this group has finished (resident: one per iteration)
         # Set while a job is out: a wait cut short (a stage deadline, Ctrl-C) leaves the ranks
         # on a job whose reply would be taken for the next one's, so such a group is replaced.
@@ -235,7 +243,7 @@ class TrainerGroup:
             raise
 
     def _start(self, timeout_s: float) -> None:
-        self.slots = plan(self.world, self.client)
+        self.slots = plan(self.world, self.client, self.share)
         me = "127.0.0.1" if self.client is None else _reachable_ip(self.client)
         authkey = os.urandom(32)
         server = socket.create_server((me, 0), backlog=max(16, self.world))
@@ -251,7 +259,8 @@ class TrainerGroup:
         if self.client is not None:
             common.update({k: os.environ[k] for k in _FORWARD if k in os.environ})
         envs = [{**common, "RANK": str(r), "LOCAL_RANK": str(s.local_rank),
-                 "LOCAL_WORLD_SIZE": str(s.local_world), "OMP_NUM_THREADS": str(s.threads)}
+                 "LOCAL_WORLD_SIZE": str(s.local_world), "OMP_NUM_THREADS": str(s.threads),
+                 **({NICE_ENV: str(self.nice)} if self.nice and s.worker is None else {})}
                 for r, s in enumerate(self.slots)]
         try:
             if self.client is None:
@@ -410,18 +419,19 @@ _GROUP: TrainerGroup | None = None
 STARTS = {"count": 0}  # groups started by this process (a restart after a failure counts)
 
 
-def group_of(world: int, client=None) -> TrainerGroup:
-    """The resident group of `world` ranks placed by `client` (None: local): the running one,
-    or a fresh one (after a failure, or when the rank count or cluster changed)."""
+def group_of(world: int, client=None, share: float = 1.0, nice: int = 0) -> TrainerGroup:
+    """The resident group of `world` ranks placed by `client` (None: local), local ranks on
+    `share` of the cores: the running one, or a fresh one (after a failure, or when the rank
+    count, cluster or share changed)."""
     global _GROUP
-    key = (world, None if client is None else client.scheduler.address)
+    key = (world, None if client is None else client.scheduler.address, share, nice)
     if _GROUP is not None and (_GROUP.key != key or not _GROUP.usable()):
         _GROUP.close(force=not _GROUP.usable())
         _GROUP = None
     if _GROUP is None:
         if not STARTS["count"]:  # a caller outside the flow may never call close_group
             atexit.register(close_group)
-        _GROUP = TrainerGroup(world, client)
+        _GROUP = TrainerGroup(world, client, share=share, nice=nice)
         STARTS["count"] += 1
     return _GROUP
 
@@ -451,26 +461,40 @@ def combine(replies: list[dict]) -> dict:
     return out
 
 
+def runs_here(rl, client=None) -> bool:
+    """Whether `update` runs in this process: one rank, placed locally, no overlap."""
+    client = client if rl.placement == "dask" else None
+    return not rl.overlap and client is None and resolve_processes(rl.processes, client) == 1
+
+
 def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperature: float,
            seed: int, replay: Sequence[tuple[str, str]] = (), client=None) -> dict:
     """One RL update (version -> version + 1) on `rl.processes` ranks: in this process for one
-    (today's path, unchanged), on the resident group for more, placed by `rl.placement` (with
-    `dask`, on the workers of `client`). Same arguments as `grpo_update`."""
+    (today's path, unchanged), on the resident group for more or with `rl.overlap`, placed by
+    `rl.placement` (with `dask`, on the workers of `client`). Same arguments as
+    `grpo_update`."""
+    from training import threads
+
     client = client if rl.placement == "dask" else None
     if rl.placement == "dask" and client is None:
         raise ValueError("rl.placement='dask' needs the run's Dask client")
     world = resolve_processes(rl.processes, client)
-    if world == 1 and client is None:
+    if runs_here(rl, client):
         from training.trainer import grpo_update
 
         return grpo_update(run_dir, version, list(samples), policy, rl, temperature, seed, replay)
-    group = group_of(world, client)
+    # Beside the sampler (rl.overlap) local ranks get half the cores, and the lowest CPU
+    # priority: the rollouts' sandboxes share those cores with them and are the loop's
+    # critical path, while the update has the whole collection's time to finish.
+    group = group_of(world, client, *((0.5, OVERLAP_NICE) if rl.overlap else (1.0, 0)))
+    here = sum(s.threads for s in group.slots if s.worker is None)
     job = {"run_dir": str(Path(run_dir).resolve()), "version": int(version),
            "samples": [asdict(s) for s in samples], "policy": policy.model_dump(),
            "rl": rl.model_dump(), "temperature": float(temperature), "seed": int(seed),
            "replay": [tuple(p) for p in replay]}
     try:
-        replies = group.run(job)
+        with threads.reserved(here):  # this machine's cores the ranks compute on meanwhile
+            replies = group.run(job)
     except RankFailure:
         close_group()
         raise

@@ -55,10 +55,14 @@ def _clipped_surrogate(logp, old_logp, adv, mask, clip_eps, clip_eps_high, dual_
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
               mask: torch.Tensor, clip_eps: float = 0.2, aggregation: Aggregation = "seq_mean",
               clip_eps_high: float | None = None,
-              norm_tokens: float | None = None) -> tuple[torch.Tensor, dict]:
+              norm_tokens: float | None = None,
+              is_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """PPO-clipped surrogate with per-sequence advantages.
 
     logp, old_logp, mask: [B, T]; advantages: [B]. Loss = -min(r A, clip(r, 1-e, 1+e) A).
+    `is_weight` [B, T] (no gradient): each token's surrogate times it, the decoupled PPO
+    objective of samples from an older policy (AReaL, Fu et al. 2025), where `old_logp` is then
+    the update's starting policy and `is_weight` pi_start / pi_sampler, truncated; None: 1.
     """
     if clip_eps_high is None:  # the first loop's exact arithmetic (symmetric clip)
         ratio = torch.exp(logp - old_logp)
@@ -66,6 +70,8 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         unclipped = ratio * adv
         clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
         per_token = -torch.minimum(unclipped, clipped)
+        if is_weight is not None:
+            per_token = per_token * is_weight
         loss = aggregate(per_token, mask, aggregation, norm_tokens)
         with torch.no_grad():
             n = mask.sum().clamp(min=1.0)
@@ -73,19 +79,25 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         return loss, {"clip_frac": float(clip_frac)}
     per_token, clip_frac = _clipped_surrogate(logp, old_logp, advantages[:, None], mask,
                                               clip_eps, clip_eps_high, None)
+    if is_weight is not None:
+        per_token = per_token * is_weight
     return aggregate(per_token, mask, aggregation, norm_tokens), {"clip_frac": float(clip_frac)}
 
 
 def ppo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
              mask: torch.Tensor, clip_eps: float = 0.2, aggregation: Aggregation = "seq_mean",
              clip_eps_high: float | None = None, norm_tokens: float | None = None,
-             dual_clip: float | None = None) -> tuple[torch.Tensor, dict]:
+             dual_clip: float | None = None,
+             is_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """PPO clipped surrogate (Schulman 2017) with the importance ratio against the rollout
     log-probs. advantages: [B, T] per token, or [B] broadcast over the sequence. `dual_clip`
-    (c > 1) bounds the loss of negative-advantage tokens at -c A (Ye et al. 2020)."""
+    (c > 1) bounds the loss of negative-advantage tokens at -c A (Ye et al. 2020).
+    `is_weight`: as in `grpo_loss`."""
     adv = advantages if advantages.dim() == 2 else advantages[:, None]
     per_token, clip_frac = _clipped_surrogate(logp, old_logp, adv, mask, clip_eps,
                                               clip_eps_high, dual_clip)
+    if is_weight is not None:
+        per_token = per_token * is_weight
     return aggregate(per_token, mask, aggregation, norm_tokens), {"clip_frac": float(clip_frac)}
 
 

@@ -20,6 +20,7 @@ from multiprocessing.connection import Client, Connection
 from pathlib import Path
 
 FAULT_ENV = "ROLLFORGE_FAULT_KILL_RANK"
+NICE_ENV = "ROLLFORGE_RANK_NICE"  # a rank beside the sampler (rl.overlap) yields its cores
 ADDR_ENV, KEY_ENV = "ROLLFORGE_GROUP_ADDR", "ROLLFORGE_GROUP_KEY"
 
 
@@ -74,6 +75,8 @@ def _rank_main() -> int:
     apply_defaults()
     import torch
 
+    if os.environ.get(NICE_ENV):
+        os.nice(int(os.environ[NICE_ENV]))
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))

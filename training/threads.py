@@ -125,19 +125,38 @@ class _Monitor:
 
 _MONITOR: _Monitor | None = None
 _SETTING: dict = {}  # the last setting `apply` was given (what `retune` re-applies)
+_RESERVED = {"cores": 0}  # cores this run's own trainer ranks compute on (`reserved`)
+_RESERVED_LOCK = threading.Lock()
+
+
+@contextmanager
+def reserved(cores: int) -> Iterator[None]:
+    """`cores` of this machine are taken by this run's own trainer ranks for the body (an
+    update running beside the sampler, rl.overlap): `auto` leaves them out. The ranks are this
+    process's children, so the CPU monitor counts them as the run's own, not as neighbours;
+    without this the sampler would take every core the neighbours leave and oversubscribe
+    the ranks' ones."""
+    with _RESERVED_LOCK:
+        _RESERVED["cores"] += cores
+    try:
+        yield
+    finally:
+        with _RESERVED_LOCK:
+            _RESERVED["cores"] -= cores
 
 
 def choose(setting: int | str, others: float | None, n_cores: int | None = None) -> int:
     """The thread count for `setting` (a count, or "auto") when others keep `others` cores
-    busy: "auto" is the cores they leave, at least 1, at most OMP_NUM_THREADS when set."""
+    busy: "auto" is the cores they leave, less those this run's ranks hold (`reserved`), at
+    least 1, at most OMP_NUM_THREADS when set."""
     if setting != "auto":
         return int(setting)
     n = n_cores or cores()
     if USER_OMP.isdigit() and int(USER_OMP) >= 1:
         n = min(n, int(USER_OMP))
-    if others is None:
-        return n
-    free = (n_cores or cores()) - math.ceil(others - SLACK)
+    free = (n_cores or cores()) - _RESERVED["cores"]
+    if others is not None:
+        free -= math.ceil(others - SLACK)
     return max(1, min(n, free))
 
 

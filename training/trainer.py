@@ -43,6 +43,7 @@ class RLSample:
     token_advantages: list[float] | None = None  # [T] per-token advantages (rl.algorithm="ppo")
     completion_mask: list[int] | None = None  # [T] 1 = policy token, 0 = environment token
     # (a multi-turn episode's observations; training/episodes.py); None: all policy tokens
+    version: int | None = None  # the policy version that sampled it; None: the update's own
 
 
 def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
@@ -342,6 +343,13 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         for group in engine.optimizer.param_groups:
             group["lr"] = rl.lr
     reference = _reference(run_dir, rl, engine.device, policy)
+    # Samples of an older version than the one updated (rl.overlap): the decoupled objective
+    # needs each token's log-prob under the starting weights (`prox`, by live index).
+    stale = [s.version for s in live if s.version is not None and s.version != version]
+    prox: dict[int, list[float]] = {}
+    if stale:
+        prox = _starting_logprobs(engine, live, plan, tok, policy, rl, temperature)
+    is_stats = {"weight": 0.0, "capped": 0.0, "tokens": 0.0}
     loss_fn = LOSSES[rl.algorithm]
     extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
     t0, n_tokens = time.perf_counter(), 0
@@ -360,13 +368,26 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             with autocast(rl.autocast, engine.device):
                 logp = token_logprobs(engine, b, temperature, tok.banned_ids)
             old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
+            is_weight = None
+            if stale:
+                if e == 0:  # no optimizer step before epoch 1: these are the starting weights
+                    for row, i in enumerate(mb.indices):
+                        prox.setdefault(i, _completion_values(logp, row, part[row]))
+                sampler, old = old, _per_token(part, [prox[i] for i in mb.indices],
+                                               logp.shape[1]).to(logp.device)
+                is_weight, counts = _truncated_is(old, sampler, b.loss_mask,
+                                                  rl.off_policy_is_cap)
+                if mb.weight:
+                    for k in is_stats:
+                        is_stats[k] += counts[k]
             if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
                 adv = _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
                                         for s in part], logp.shape[1])
             else:
                 adv = torch.tensor([s.advantage for s in part], dtype=torch.float32)
             loss, info = loss_fn(logp, old, adv.to(logp.device), b.loss_mask, rl.clip_eps,
-                                 rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra)
+                                 rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra,
+                                 is_weight=is_weight)
             if reference is not None:
                 with torch.no_grad(), reference_view(engine, reference), \
                         autocast(rl.autocast, engine.device):
@@ -411,11 +432,59 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
     if stats["replay_nll"]:
         extra_metrics["train/replay_nll"] = float(np.mean(stats["replay_nll"]))
+    if stale:
+        n = max(is_stats["tokens"], 1.0)
+        extra_metrics.update({"train/stale_samples": len(stale),
+                              "train/staleness": version - min(stale),
+                              "train/is_weight_mean": is_stats["weight"] / n,
+                              "train/is_weight_capped": is_stats["capped"] / n})
     meta = {"version": version + 1, "kind": rl.algorithm,
             **metrics, **extra_metrics, "engine": eng.engine_facts(rl), "rl": rl.model_dump(),
             "policy": policy.model_dump()}
     _publish(engine, run_dir, version + 1, meta)
     return {**metrics, **extra_metrics}
+
+
+def _completion_values(logp: torch.Tensor, row: int, s: RLSample) -> list[float]:
+    """Row `row` of a [B, T] log-prob tensor at `s`'s completion tokens (`_per_token`'s
+    inverse)."""
+    start = len(s.prompt_ids) - 1
+    n = max(0, min(len(s.completion_ids), logp.shape[1] - start))
+    return logp[row, start:start + n].detach().float().tolist()
+
+
+def _truncated_is(start_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                  cap: float) -> tuple[torch.Tensor, dict]:
+    """Per-token pi_start / pi_sampler, at most `cap` (no gradient), and its sums over the
+    mask (for the metrics)."""
+    with torch.no_grad():
+        raw = torch.exp(start_logp - sampler_logp)
+        w = raw.clamp(max=cap) * mask
+        counts = {"weight": float(w.sum()), "capped": float(((raw > cap).float() * mask).sum()),
+                  "tokens": float(mask.sum())}
+    return w, counts
+
+
+def _starting_logprobs(engine, live: list[RLSample], plan, tok, policy: PolicyConfig,
+                       rl: RLConfig, temperature: float) -> dict[int, list[float]]:
+    """Log-probs under the update's starting weights of the samples this rank trains on after
+    epoch 1 but not in it (with several ranks an epoch's shuffle moves samples between them);
+    those of epoch 1 come free from its own forward passes, taken before the first optimizer
+    step."""
+    first = {i for mb in plan.steps[0] for i in mb.indices} if plan.steps else set()
+    need = sorted({i for epoch in plan.steps[1:] for mb in epoch for i in mb.indices} - first)
+    out: dict[int, list[float]] = {}
+    for k in range(0, len(need), rl.micro_batch_size):
+        idx = need[k:k + rl.micro_batch_size]
+        part = [live[i] for i in idx]
+        b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
+                       tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
+        b.to(engine.device)
+        with torch.no_grad(), autocast(rl.autocast, engine.device):
+            logp = token_logprobs(engine, b, temperature, tok.banned_ids)
+        for row, i in enumerate(idx):
+            out[i] = _completion_values(logp, row, part[row])
+    return out
 
 
 def _reference(run_dir: str, rl: RLConfig, device,

@@ -1,20 +1,14 @@
 """The update stage on 2 CPU ranks (the resident trainer group, gloo) through the real CLI: the
 same policy after an iteration as 1 rank in the flow's process, and a rank killed in the middle
 of the first update is recovered by the stage's retry on a fresh group, with no row of the store
-duplicated or lost.
-
-The config is configs/tiny.yaml with one change of tasks: the tiny policy never earns a reward
-on the procedural suite, so its update would be a copy of the checkpoint and any rank count
-would "match". Here the tasks are functions that must return None, which a sampled body passes
-whenever it parses (a warm start at a high rate makes that a coin flip), so groups have reward
-spread and the update takes a real step."""
+duplicated or lost. The config is configs/tiny.yaml on tasks it earns rewards on (none_tasks)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from none_tasks import SETS as NONE_SETS, none_tasks
 
 from flows.env import standalone_env
 from storage.registry import finished_iterations, read_metrics
@@ -25,19 +19,8 @@ from training.policy import load_policy
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
-SETS = ["iterations=2", "eval_every=10", "sft.steps=20", "sft.warmup_steps=0", "sft.lr=0.03"]
-
-
-def _tasks(path: Path) -> Path:
-    with path.open("w") as f:
-        for i in range(12):
-            f.write(json.dumps({
-                "task_id": f"none/{i}", "suite": "none", "family": "none", "difficulty": 1,
-                "split": "heldout" if i >= 10 else "train", "kind": "io", "entry_point": f"f{i}",
-                "prompt": f'def f{i}(x):\n    """Return nothing."""\n',
-                "tests": [{"args": [k], "expected": None} for k in range(3)],
-                "reference": "    pass\n"}) + "\n")
-    return path
+SETS = ["iterations=2", *NONE_SETS]
+_tasks = none_tasks
 
 
 def _run(out: Path, tasks: Path, *sets: str, env: dict | None = None) -> Path:

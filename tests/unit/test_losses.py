@@ -65,6 +65,33 @@ def test_ppo_with_sequence_advantages_equals_grpo():
     assert a.item() == pytest.approx(b.item(), abs=1e-7)
 
 
+def test_decoupled_ppo_weights_each_tokens_clipped_surrogate_by_the_importance_weight():
+    # The four tokens' surrogates as above: -1.2, -0.9 | 1.6, (masked). Weights w = [0.5, 2 | 1, 9]
+    # (pi_start / pi_sampler, already truncated by the trainer): -0.6, -1.8 -> mean -1.2;
+    # 1.6 -> 1.6. (-1.2 + 1.6) / 2 = 0.2. The masked token's weight never counts.
+    w = torch.tensor([[0.5, 2.0], [1.0, 9.0]])
+    for loss_fn in (grpo_loss, ppo_loss):
+        loss, info = loss_fn(LOGP, OLD, ADV, MASK, 0.2, is_weight=w)
+        assert loss.item() == pytest.approx(0.2, abs=1e-6)
+        assert info["clip_frac"] == pytest.approx(2 / 3, abs=1e-6)  # the ratio's, unweighted
+    high, _ = grpo_loss(LOGP, OLD, ADV, MASK, 0.2, clip_eps_high=0.6, is_weight=w)
+    # clip-higher: seq 1 -1.5*0.5, -0.9*2 -> mean -1.275; seq 2 1.6. (-1.275 + 1.6) / 2
+    assert high.item() == pytest.approx(0.1625, abs=1e-6)
+    ones, _ = grpo_loss(LOGP, OLD, ADV, MASK, 0.2, is_weight=torch.ones(2, 2))
+    assert ones.item() == pytest.approx(grpo_loss(LOGP, OLD, ADV, MASK, 0.2)[0].item(), abs=1e-7)
+
+
+def test_decoupled_ppo_gradient_at_the_starting_weights_is_the_weighted_policy_gradient():
+    # With old = logp (the update's first pass) the ratio is 1 and unclipped, so the gradient of
+    # token t is -w_t A / n_seq_tokens * d logp_t: the importance-weighted policy gradient.
+    logp = torch.log(torch.tensor([[0.3, 0.6]])).requires_grad_()
+    w = torch.tensor([[0.5, 2.0]])
+    loss, _ = grpo_loss(logp, logp.detach(), torch.tensor([3.0]), torch.ones(1, 2), 0.2,
+                        is_weight=w)
+    loss.backward()
+    assert logp.grad.tolist()[0] == pytest.approx([-0.5 * 3 / 2, -2.0 * 3 / 2], abs=1e-6)
+
+
 @pytest.mark.parametrize("estimator, expected", [
     ("k1", math.log(2)),                       # -log r, r = 0.25 / 0.5 = 0.5
     ("k2", 0.5 * math.log(2) ** 2),            # (log r)^2 / 2

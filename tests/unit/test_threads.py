@@ -26,6 +26,20 @@ def test_auto_never_exceeds_omp_num_threads_and_a_count_is_kept(monkeypatch):
     assert threads.choose(3, 7.0, n_cores=8) == 3  # a fixed count ignores the load
 
 
+def test_auto_leaves_out_the_cores_the_runs_own_ranks_hold(monkeypatch):
+    # An overlapped update's rank is this process's child, so not a neighbour to the monitor:
+    # its cores are subtracted by `reserved` instead, and given back when the update ends.
+    monkeypatch.setattr(threads, "USER_OMP", "")
+    with threads.reserved(2):
+        assert threads.choose("auto", 0.0, n_cores=4) == 2
+        assert threads.choose("auto", None, n_cores=4) == 2
+        assert threads.choose("auto", 1.0, n_cores=4) == 1
+        with threads.reserved(3):
+            assert threads.choose("auto", 0.0, n_cores=4) == 1  # at least one
+        assert threads.choose(3, 0.0, n_cores=4) == 3  # a fixed count is the user's
+    assert threads.choose("auto", 0.0, n_cores=4) == 4
+
+
 def test_bad_thread_settings_are_refused_naming_the_field():
     for bad in ("0", "many", "true"):
         with pytest.raises(ConfigError, match="threads.torch"):

@@ -173,6 +173,17 @@ def test_ranks_spread_evenly_over_the_workers_numbered_within_each_host(monkeypa
     assert {s.threads for s in group.plan(6, _Facts(facts))} == {3}
 
 
+def test_local_ranks_beside_the_sampler_take_their_share_of_the_cores(monkeypatch):
+    from training import threads
+
+    monkeypatch.setattr(threads, "USER_OMP", "")
+    monkeypatch.setattr(group.os, "cpu_count", lambda: 2)
+    assert [s.threads for s in group.plan(1)] == [2]
+    assert [s.threads for s in group.plan(1, share=0.5)] == [1]  # rl.overlap on 2 cores
+    monkeypatch.setattr(group.os, "cpu_count", lambda: 16)
+    assert [s.threads for s in group.plan(2, share=0.5)] == [4, 4]
+
+
 def test_gpus_on_a_cluster_counts_each_hosts_devices_once():
     # two workers on one 8-GPU host both see its 8 devices: 8 ranks there, not 16
     facts = {"tcp://a:1": {"host": "a", "cpus": 8, "gpus": 8},

@@ -291,3 +291,85 @@ def test_until_pass_without_a_probe_or_with_a_decay_as_long_as_steps_is_refused(
                        SFTConfig(steps=10, until_pass=0.5, decay_steps=2), RLConfig(), 0)
     with pytest.raises(ValueError, match="decay_steps=10 must be less than sft.steps=10"):
         SFTConfig(steps=10, until_pass=0.5, decay_steps=10)
+
+
+# ---- one-step off-policy samples (rl.overlap): the decoupled PPO objective ----------------
+
+def _exact(run_dir, version, samples):
+    """Each sample's completion log-probs under `version` (what its sampler would have said)."""
+    from training.batch import make_batch, token_logprobs
+    from training.policy import tokenizer_of
+    from training.trainer import _completion_values
+
+    model = load_policy(str(checkpoints.checkpoint_dir(run_dir, version) / "model")).eval()
+    tok = tokenizer_of(model)
+    b = make_batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
+                   tok.pad_token_id, POLICY.max_len)
+    with torch.no_grad():
+        lp = token_logprobs(model, b, 1.0, tok.banned_ids)
+    return [_completion_values(lp, i, s) for i, s in enumerate(samples)]
+
+
+@pytest.fixture(scope="module")
+def at_v1(base, tmp_path_factory):
+    """A run whose newest version is 1, and the samples' exact log-probs under it."""
+    run = tmp_path_factory.mktemp("v1") / "run"
+    shutil.copytree(base, run)
+    grpo_update(str(run), 0, _samples(), POLICY, RLConfig(), 1.0, 0)
+    return run, _exact(str(run), 1, _samples(seed=3))
+
+
+def _off_policy_pair(at_v1, tmp_path, shift: float, rl: RLConfig):
+    """The update from v1 of the same samples, as the on-policy sampler's (their log-probs
+    exact) and as a stale sampler's (version 0) whose log-probs were `shift` above v1's."""
+    run, exact = at_v1
+    a, b = _copy(run, tmp_path, "on"), _copy(run, tmp_path, "stale")
+    samples = _samples(seed=3)
+    on = [dataclasses.replace(s, old_logprobs=e) for s, e in zip(samples, exact)]
+    stale = [dataclasses.replace(s, old_logprobs=[x + shift for x in e], version=0)
+             for s, e in zip(samples, exact)]
+    return a, grpo_update(a, 1, on, POLICY, rl, 1.0, 0), b, grpo_update(b, 1, stale, POLICY, rl, 1.0, 0)
+
+
+def test_stale_samples_whose_sampler_agreed_with_the_start_give_the_on_policy_step(at_v1, tmp_path):
+    # Importance weight 1 everywhere, and the ratio against the starting weights equals the
+    # ratio against the sampler's log-probs: two epochs must land on the same weights.
+    a, on, b, stale = _off_policy_pair(at_v1, tmp_path, 0.0, RLConfig())
+    assert "train/staleness" not in on
+    assert stale["train/staleness"] == 1 and stale["train/stale_samples"] == 10
+    assert stale["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert stale["train/is_weight_capped"] == 0.0
+    assert _max_diff(_weights(a, 2), _weights(b, 2)) < 1e-6
+    assert _max_diff(_weights(a, 2), _weights(a, 1)) > 1e-4
+
+
+@pytest.mark.parametrize("shift, weight, capped", [(math.log(2), 0.5, 0.0),
+                                                   (-math.log(10), 2.0, 1.0)])
+def test_stale_samples_weigh_their_tokens_by_the_truncated_importance_weight(
+        at_v1, tmp_path, shift, weight, capped):
+    # The sampler's log-probs `shift` above the start's: w = exp(-shift) per token, 0.5, or 10
+    # truncated at the cap 2. One epoch's loss is then w times the on-policy loss (ratio 1).
+    a, on, b, stale = _off_policy_pair(at_v1, tmp_path, shift, RLConfig(epochs=1))
+    assert stale["train/is_weight_mean"] == pytest.approx(weight, rel=1e-4)
+    assert stale["train/is_weight_capped"] == capped
+    assert abs(on["train/loss"]) > 1e-3
+    assert stale["train/loss"] == pytest.approx(weight * on["train/loss"], rel=1e-4)
+
+
+def test_starting_log_probs_are_computed_for_the_samples_a_rank_meets_only_after_epoch_1(at_v1):
+    # Two ranks, two epochs: the second epoch's shuffle hands rank 0 samples it did not train on
+    # in the first, whose starting log-probs its own first pass never saw.
+    from training.microbatch import plan_update
+    from training.policy import tokenizer_of
+    from training.trainer import _starting_logprobs
+
+    run, exact = at_v1
+    samples = _samples(seed=3)
+    orders = [list(range(10)), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]
+    plan = plan_update(orders, [20] * 10, [1] * 10, 2, None, 2, 0)
+    model = load_policy(str(checkpoints.checkpoint_dir(str(run), 1) / "model"))
+    out = _starting_logprobs(model, samples, plan, tokenizer_of(model), POLICY, RLConfig(), 1.0)
+    first = {i for mb in plan.steps[0] for i in mb.indices}
+    assert set(out) == {i for mb in plan.steps[1] for i in mb.indices} - first != set()
+    for i, values in out.items():
+        assert values == pytest.approx(exact[i], abs=1e-5)
