@@ -53,7 +53,7 @@ ITEMS = [
     ("ledger (ledger_frame)", "flows/stages.py", "ledger_frame"),
     ("score rows (episode_rows)", "flows/episodes.py", "episode_rows"),
     ("trajectory write (write_iteration)", "storage/trajectories.py", "write_iteration"),
-    ("checkpoint stage (metrics, registry, prune)", "flows/iteration.py", "checkpoint"),
+    ("checkpoint stage (metrics, registry, prune)", "flows/pipeline.py", "checkpoint"),
     ("UI artifacts between iterations (publish_iteration)", "flows/artifacts.py",
      "publish_iteration"),
     ("  of it: reward curve PNG (matplotlib)", "flows/artifacts.py", "reward_curve_png"),

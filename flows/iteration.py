@@ -4,19 +4,14 @@ shards), once per turn] -> score ->
 [refill rounds: the same again for the groups dynamic sampling dropped] ->
 write_trajectories -> update_policy -> checkpoint.
 
-Every stage is a Prefect task whose cache key is explicit — (stage, run id, iteration, round,
-shard, policy version, config hash, code version, digest of the stage's other inputs) — with
-its result persisted under the run folder (`.prefect-results/`), so re-running a finished
-iteration recomputes nothing and a run killed mid-iteration resumes, in a new process, at the
-first stage that did not finish. Iterations already marked done are skipped outright. Every
-stage retries with exponential backoff and has a deadline; `<run>/stages.jsonl` records each
-stage a process actually ran (cache hits are not in it).
+The stages are Prefect tasks with explicit cache keys and persisted results (flows/pipeline.py),
+so a run killed mid-iteration resumes, in a new process, at the first stage that did not
+finish; iterations already marked done are skipped outright.
 """
 from __future__ import annotations
 
 import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -27,172 +22,26 @@ from pydantic import Field
 from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
-from flows.episode_exec import Stepped, step_deadline_s, step_many
-from flows.episodes import Episode, episode_metrics, episode_rows, heldout_metrics, play
+from flows.episode_exec import Stepped, step_deadline_s
+from flows.episodes import Episode, episode_metrics, heldout_metrics, play
 from flows.parameters import config_dict, whole_config
+# the stages, also reached as flows.iteration.<stage> (benches, tests)
+from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # noqa: F401
+                            run_rollouts, sample_completions, score_rollouts, sft_stage,
+                            update_policy, write_trajectories)
 from flows.resume import begin_run
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
-from flows.staging import (CODE_VERSION, _has_checkpoint, _stage, bulky, call_stage,
-                            submit_stage)
-from flows.warm_start import agent_demos, probe_fn
-from storage import registry, trajectories
+from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
+from storage import registry
 from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
-from training import threads as torch_threads
-from training.episodes import sample_actions
-from training.generate import Sample
 from training.policy import tokenizer_of
 from training.progress import Progress
-from training.trainer import RLSample, policy_for_sampling, sft_warm_start
+from training.trainer import policy_for_sampling
 
 FORM_DEFAULT = whole_config()  # train_flow's default config: configs/default.yaml, every field
-
-
-@_stage("sft_warm_start", retries=1, timeout_s=4 * 3600,
-        product=_has_checkpoint(lambda p: 0))
-def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
-    """The warm start on every source's training tasks with references: (prompt, reference)
-    pairs of the single-turn kinds, action-format demonstrations through the real environment
-    (steps on Dask) of the multi-turn ones (`episodes.sft_demos`)."""
-    if checkpoints.exists(cfg.run_dir, 0):
-        return {"sft/reused": True}
-    pairs, demos = [], []
-    for src, tasks in stages.sft_data(cfg):
-        env = src.environment()
-        if env is not None and env.max_turns > 1:
-            if getattr(env.config, "sft_demos", False):
-                demos += agent_demos(cfg, src, env, tasks)
-            continue
-        pairs += tasks
-    probe = None
-    if cfg.sft.until_pass is not None:
-        held, pairs = stages.probe_split(pairs, cfg.sft.probe_tasks)
-        if not held:
-            raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
-                             "have references (the probe is drawn from them)")
-        probe = probe_fn(cfg, held)
-    with torch_threads.budget(cfg.threads.torch) as chosen:
-        out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
-                             cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None,
-                             probe=probe)
-    out["sft/threads_at_start"] = chosen["threads/torch"]
-    if probe is not None:
-        out["sft/probe_tasks"] = len(held)
-    if demos:
-        out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
-    return out
-
-
-@_stage("generate_tasks", timeout_s=600)
-def generate_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger,
-                   exclude: list[str]) -> list[Task]:
-    """The round's tasks, drawn by the curriculum sampler from the ledger of earlier iterations."""
-    return stages.pick_tasks(cfg, iteration, round_, n, ledger, exclude)
-
-
-def _salt(round_: int | str, turn: int, k: int) -> str:
-    """The sampling seed's salt: the first call of a round's first turn keeps the salt the
-    single-turn loop always had (rollout, rollout:<r>, eval), so its samples stay the same."""
-    base = {"eval-sampled": "eval"}.get(str(round_), "rollout" if round_ == 0 else f"rollout:{round_}")
-    return base if turn == 1 and k == 0 else f"{base}:turn{turn}:{k}"
-
-
-@_stage("sample_completions", timeout_s=3600)
-def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int | str,
-                       turn: int, k: int, contexts: list[list[int]], max_new_tokens: int,
-                       greedy: bool) -> tuple[list[Sample], float]:
-    """The next action of every live episode of a round's turn, in batches, where the policy
-    lives (this process)."""
-    model = policy_for_sampling(cfg.run_dir, version)
-    s = cfg.sampling
-    gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
-    t0 = time.perf_counter()
-    with torch_threads.budget(cfg.threads.torch), \
-            Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
-                     "sequences") as shown:
-        out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
-                             greedy=greedy, batch_size=s.batch_size, generator=gen,
-                             stop=tuple(s.stop), progress=shown)
-    return out, time.perf_counter() - t0
-
-
-def _phase(iteration: int, version: int, round_: int | str, turn: int) -> str:
-    """What a round's turn is for, as its progress lines name it."""
-    what = (f"held-out evaluation of v{version} ({str(round_)[5:]})"
-            if str(round_).startswith("eval-") else
-            f"iteration {iteration}" + (f", refill round {round_}" if round_ else ""))
-    return what + (f", turn {turn}" if turn > 1 else "")
-
-
-@_stage("run_rollouts", retries=3, timeout_s=None)
-def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int | str, shard: int,
-                 turn: int, items: list, deadline_s: float) -> list[Stepped]:
-    """One shard of environment steps (a single-turn kind's step grades the answer): they fan
-    out on the Dask cluster (a plain `Client.map`); a shard not done by `deadline_s` is
-    cancelled and retried."""
-    c = cfg.cluster
-    client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-    return step_many(client, items, cfg.sandbox, cfg.rewards, timeout_s=deadline_s)
-
-
-@_stage("score", timeout_s=1800)
-def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, episodes: list,
-                   group_offset: int) -> list[dict]:
-    return episode_rows(cfg, iteration, version, episodes, cfg.sampling.group_size, cfg.hash(),
-                        group_offset)
-
-
-@_stage("write_trajectories", timeout_s=1800)
-def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> list[str]:
-    # One switch from any earlier attempt of this iteration (another config or code) to this
-    # one: readers never see rows of both, and a crash at any step leaves one whole attempt.
-    size = cfg.cluster.shard_size
-    return trajectories.write_iteration(cfg.run_dir, iteration,
-                                        [rows[i:i + size] for i in range(0, len(rows), size)])
-
-
-@_stage("update_policy", retries=1, timeout_s=4 * 3600,
-        product=_has_checkpoint(lambda p: p["version"] + 1))
-def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
-    t0 = time.perf_counter()
-    samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
-                        0.0 if math.isnan(r["advantage"]) else r["advantage"],
-                        reward=r["reward"], group_id=r["group_id"],
-                        completion_mask=r.get("completion_mask"),
-                        version=r.get("policy_version")) for r in rows]
-    replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
-    # On rl.processes ranks: this process for one, the resident trainer group for more (or
-    # with rl.overlap, beside the sampler), its ranks placed on this machine or (rl.placement
-    # dask) on the rollouts' Dask workers. Only an update in this process takes this process's
-    # thread budget: an overlapped one must not change the sampler's thread count.
-    c = cfg.cluster
-    client = dask_client(c.address, c.n_workers, c.threads_per_worker) \
-        if cfg.rl.placement == "dask" else None
-    here = trainer_group.runs_here(cfg.rl, client)
-    with (torch_threads.budget(cfg.threads.torch) if here else nullcontext({})) as chosen:
-        out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                                   cfg.sampling.temperature, cfg.seed, replay, client=client)
-    return {**out, **chosen, "train/stage_seconds": time.perf_counter() - t0}
-
-
-@_stage("checkpoint", retries=2, timeout_s=600,
-        product=lambda p: p["iteration"] in registry.finished_iterations(p["cfg"].run_dir))
-def checkpoint(cfg: RunConfig, iteration: int, version: int, metrics: dict) -> str:
-    path = checkpoints.checkpoint_dir(cfg.run_dir, version + 1)
-    registry.record_metrics(cfg.run_dir, iteration, metrics)
-    registry.record_checkpoint(cfg.run_dir, iteration, str(path), {
-        k: v for k, v in metrics.items() if k.startswith(("heldout/pass", "rollout/mean"))})
-    registry.mark_iteration_done(cfg.run_dir, iteration)
-    # With rl.overlap the next update may be writing its version's staging folder right now.
-    checkpoints.prune(cfg.run_dir, cfg.keep_checkpoints, keep={0},
-                      staging=not cfg.rl.overlap)
-    return str(path)
-
-
-def _eval_due(cfg: RunConfig, iteration: int) -> bool:
-    return (iteration + 1) % cfg.eval_every == 0 or iteration + 1 == cfg.iterations
 
 
 def resolve_config(config: dict | None = None, config_file: str | None = None,

@@ -26,6 +26,7 @@ from training.episodes import policy_token_units
 from training.lora import ADAPTERS_OFF, autocast, prepare_for_training, reference_view
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import loss_units, plan_update
+from training.offpolicy import completion_values, starting_logprobs, truncated_is
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
 from training.progress import Progress
 
@@ -348,7 +349,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     stale = [s.version for s in live if s.version is not None and s.version != version]
     prox: dict[int, list[float]] = {}
     if stale:
-        prox = _starting_logprobs(engine, live, plan, tok, policy, rl, temperature)
+        prox = starting_logprobs(engine, live, plan, tok, policy, rl, temperature)
     is_stats = {"weight": 0.0, "capped": 0.0, "tokens": 0.0}
     loss_fn = LOSSES[rl.algorithm]
     extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
@@ -372,10 +373,10 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             if stale:
                 if e == 0:  # no optimizer step before epoch 1: these are the starting weights
                     for row, i in enumerate(mb.indices):
-                        prox.setdefault(i, _completion_values(logp, row, part[row]))
+                        prox.setdefault(i, completion_values(logp, row, part[row]))
                 sampler, old = old, _per_token(part, [prox[i] for i in mb.indices],
                                                logp.shape[1]).to(logp.device)
-                is_weight, counts = _truncated_is(old, sampler, b.loss_mask,
+                is_weight, counts = truncated_is(old, sampler, b.loss_mask,
                                                   rl.off_policy_is_cap)
                 if mb.weight:
                     for k in is_stats:
@@ -443,48 +444,6 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
             "policy": policy.model_dump()}
     _publish(engine, run_dir, version + 1, meta)
     return {**metrics, **extra_metrics}
-
-
-def _completion_values(logp: torch.Tensor, row: int, s: RLSample) -> list[float]:
-    """Row `row` of a [B, T] log-prob tensor at `s`'s completion tokens (`_per_token`'s
-    inverse)."""
-    start = len(s.prompt_ids) - 1
-    n = max(0, min(len(s.completion_ids), logp.shape[1] - start))
-    return logp[row, start:start + n].detach().float().tolist()
-
-
-def _truncated_is(start_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
-                  cap: float) -> tuple[torch.Tensor, dict]:
-    """Per-token pi_start / pi_sampler, at most `cap` (no gradient), and its sums over the
-    mask (for the metrics)."""
-    with torch.no_grad():
-        raw = torch.exp(start_logp - sampler_logp)
-        w = raw.clamp(max=cap) * mask
-        counts = {"weight": float(w.sum()), "capped": float(((raw > cap).float() * mask).sum()),
-                  "tokens": float(mask.sum())}
-    return w, counts
-
-
-def _starting_logprobs(engine, live: list[RLSample], plan, tok, policy: PolicyConfig,
-                       rl: RLConfig, temperature: float) -> dict[int, list[float]]:
-    """Log-probs under the update's starting weights of the samples this rank trains on after
-    epoch 1 but not in it (with several ranks an epoch's shuffle moves samples between them);
-    those of epoch 1 come free from its own forward passes, taken before the first optimizer
-    step."""
-    first = {i for mb in plan.steps[0] for i in mb.indices} if plan.steps else set()
-    need = sorted({i for epoch in plan.steps[1:] for mb in epoch for i in mb.indices} - first)
-    out: dict[int, list[float]] = {}
-    for k in range(0, len(need), rl.micro_batch_size):
-        idx = need[k:k + rl.micro_batch_size]
-        part = [live[i] for i in idx]
-        b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
-                       tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
-        b.to(engine.device)
-        with torch.no_grad(), autocast(rl.autocast, engine.device):
-            logp = token_logprobs(engine, b, temperature, tok.banned_ids)
-        for row, i in enumerate(idx):
-            out[i] = _completion_values(logp, row, part[row])
-    return out
 
 
 def _reference(run_dir: str, rl: RLConfig, device,

@@ -299,7 +299,7 @@ def _exact(run_dir, version, samples):
     """Each sample's completion log-probs under `version` (what its sampler would have said)."""
     from training.batch import make_batch, token_logprobs
     from training.policy import tokenizer_of
-    from training.trainer import _completion_values
+    from training.offpolicy import completion_values
 
     model = load_policy(str(checkpoints.checkpoint_dir(run_dir, version) / "model")).eval()
     tok = tokenizer_of(model)
@@ -307,7 +307,7 @@ def _exact(run_dir, version, samples):
                    tok.pad_token_id, POLICY.max_len)
     with torch.no_grad():
         lp = token_logprobs(model, b, 1.0, tok.banned_ids)
-    return [_completion_values(lp, i, s) for i, s in enumerate(samples)]
+    return [completion_values(lp, i, s) for i, s in enumerate(samples)]
 
 
 @pytest.fixture(scope="module")
@@ -361,14 +361,14 @@ def test_starting_log_probs_are_computed_for_the_samples_a_rank_meets_only_after
     # in the first, whose starting log-probs its own first pass never saw.
     from training.microbatch import plan_update
     from training.policy import tokenizer_of
-    from training.trainer import _starting_logprobs
+    from training.offpolicy import starting_logprobs
 
     run, exact = at_v1
     samples = _samples(seed=3)
     orders = [list(range(10)), [9, 8, 7, 6, 5, 4, 3, 2, 1, 0]]
     plan = plan_update(orders, [20] * 10, [1] * 10, 2, None, 2, 0)
     model = load_policy(str(checkpoints.checkpoint_dir(str(run), 1) / "model"))
-    out = _starting_logprobs(model, samples, plan, tokenizer_of(model), POLICY, RLConfig(), 1.0)
+    out = starting_logprobs(model, samples, plan, tokenizer_of(model), POLICY, RLConfig(), 1.0)
     first = {i for mb in plan.steps[0] for i in mb.indices}
     assert set(out) == {i for mb in plan.steps[1] for i in mb.indices} - first != set()
     for i, values in out.items():

@@ -1,0 +1,57 @@
+"""The update's side of one-step off-policy samples (rl.overlap): the starting weights'
+log-probs of each sample (pi_start, the proximal policy of AReaL's decoupled PPO objective, Fu
+et al. 2025) and the truncated importance weight pi_start / pi_sampler per token."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+from training.batch import make_batch, token_logprobs
+from training.config import PolicyConfig, RLConfig
+from training.lora import autocast
+
+if TYPE_CHECKING:
+    from training.trainer import RLSample
+
+
+def completion_values(logp: torch.Tensor, row: int, s: RLSample) -> list[float]:
+    """Row `row` of a [B, T] log-prob tensor at `s`'s completion tokens (the inverse of
+    training.trainer._per_token)."""
+    start = len(s.prompt_ids) - 1
+    n = max(0, min(len(s.completion_ids), logp.shape[1] - start))
+    return logp[row, start:start + n].detach().float().tolist()
+
+
+def truncated_is(start_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                 cap: float) -> tuple[torch.Tensor, dict]:
+    """Per-token pi_start / pi_sampler, at most `cap` (no gradient), and its sums over the
+    mask (for the metrics)."""
+    with torch.no_grad():
+        raw = torch.exp(start_logp - sampler_logp)
+        w = raw.clamp(max=cap) * mask
+        counts = {"weight": float(w.sum()), "capped": float(((raw > cap).float() * mask).sum()),
+                  "tokens": float(mask.sum())}
+    return w, counts
+
+
+def starting_logprobs(engine, live: list[RLSample], plan, tok, policy: PolicyConfig,
+                       rl: RLConfig, temperature: float) -> dict[int, list[float]]:
+    """Log-probs under the update's starting weights of the samples this rank trains on after
+    epoch 1 but not in it (with several ranks an epoch's shuffle moves samples between them);
+    those of epoch 1 come free from its own forward passes, taken before the first optimizer
+    step."""
+    first = {i for mb in plan.steps[0] for i in mb.indices} if plan.steps else set()
+    need = sorted({i for epoch in plan.steps[1:] for mb in epoch for i in mb.indices} - first)
+    out: dict[int, list[float]] = {}
+    for k in range(0, len(need), rl.micro_batch_size):
+        idx = need[k:k + rl.micro_batch_size]
+        part = [live[i] for i in idx]
+        b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
+                       tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
+        b.to(engine.device)
+        with torch.no_grad(), autocast(rl.autocast, engine.device):
+            logp = token_logprobs(engine, b, temperature, tok.banned_ids)
+        for row, i in enumerate(idx):
+            out[i] = completion_values(logp, row, part[row])
+    return out
