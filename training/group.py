@@ -31,8 +31,9 @@ exits by itself.
 
 `rl.processes: 1` (the default) starts no group: the update runs in the flow's process, as
 it always has, unless `rl.overlap` asks for it beside the sampler: then one rank runs it, and
-ranks started on this machine take half its cores (`share`), which the flow's sampler leaves
-them while the update is out (`training.threads.reserved`).
+ranks started on this machine take half its cores (`share`) at nice 19, and the flow's sampler
+leaves them those cores while the update is out (`training.threads.reserved`). Ranks on Dask
+workers are neither niced nor reserved for: beside the sampler they belong on other hosts.
 
 A rank's own side (its connection back, its main loop, the fault hook the tests use) is
 training/rank.py.
