@@ -1,14 +1,13 @@
 """A flow process killed (SIGKILL, with its Dask workers and temporary API) in the middle of an
 iteration: the next invocation resumes at the first unfinished stage, in a new process, without
 running again any stage that had finished, and every rollout is stored exactly once."""
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from kill_at_stage import kill_when_stage_starts
 
 from flows.env import standalone_env
 from flows.stages import read_journal
@@ -36,22 +35,8 @@ def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     out = tmp_path / "runs"
     run_dir = out / "tiny"
     env = {**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
-    log1 = open(tmp_path / "first.log", "w")
-    first = subprocess.Popen(_cmd(out), cwd=ROOT, env=env, stdout=log1, stderr=subprocess.STDOUT,
-                             start_new_session=True)
-    try:
-        deadline = time.monotonic() + 240
-        while not any(r["stage"] == "update_policy" and r["event"] == "start"
-                      and r["iteration"] == 0 for r in read_journal(run_dir)):
-            assert first.poll() is None, (tmp_path / "first.log").read_text()[-4000:]
-            assert time.monotonic() < deadline, "the first run never reached update_policy"
-            time.sleep(0.05)
-        os.killpg(first.pid, signal.SIGKILL)  # the flow, its Dask workers, its temporary API
-        first.wait(timeout=30)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-        log1.close()
+    first = kill_when_stage_starts(_cmd(out), env, tmp_path / "first.log", run_dir,
+                                   "update_policy", 0, 240)
     assert first.returncode == -signal.SIGKILL
     assert 1 not in finished_iterations(str(run_dir)), "the kill came after the whole run"
     before = read_journal(run_dir)

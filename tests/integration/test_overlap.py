@@ -4,14 +4,12 @@ one (tests/unit/test_training_updates.py checks its arithmetic). Here: the sched
 version sampled which iteration), that the stale updates really trained, and that a flow
 SIGKILLed while an overlapped update is out, resumed in a new process whose own update rank is
 then killed, ends with the very rows and weights of an uninterrupted run."""
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from kill_at_stage import kill_when_stage_starts
 from none_tasks import SETS, none_tasks
 
 from flows.env import standalone_env
@@ -48,21 +46,8 @@ def runs(tmp_path_factory):
     assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-4000:]
 
     out, run = tmp / "cut", tmp / "cut" / "tiny"
-    with open(tmp / "first.log", "w") as log:
-        first = subprocess.Popen(_cmd(out, tasks), cwd=ROOT, env=_env(tmp), stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            deadline = time.monotonic() + 400
-            while not any(r["stage"] == "update_policy" and r["event"] == "start"
-                          and r["iteration"] == 1 for r in read_journal(run)):
-                assert first.poll() is None, (tmp / "first.log").read_text()[-4000:]
-                assert time.monotonic() < deadline, "the first run never reached update 1"
-                time.sleep(0.05)
-            os.killpg(first.pid, signal.SIGKILL)  # the flow, its Dask workers, its API
-            first.wait(timeout=30)
-        finally:
-            if first.poll() is None:
-                os.killpg(first.pid, signal.SIGKILL)
+    kill_when_stage_starts(_cmd(out, tasks), _env(tmp), tmp / "first.log", run,
+                           "update_policy", 1, 400)
     assert 2 not in finished_iterations(str(run)), "the kill came after the whole run"
     marker = tmp / "rank-killed"
     second = subprocess.run(_cmd(out, tasks), cwd=ROOT, timeout=600, capture_output=True,
