@@ -36,17 +36,15 @@ leaves them those cores while the update is out (`training.threads.reserved`). R
 workers are neither niced nor reserved for: beside the sampler they belong on other hosts.
 
 A rank's own side (its connection back, its main loop, the fault hook the tests use) is
-training/rank.py.
+training/rank.py; how its process is started, here or on a Dask worker, training/rank_spawn.py.
 """
 from __future__ import annotations
 
 import atexit
 import os
 import pickle
-import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass
 from multiprocessing import AuthenticationError
@@ -56,11 +54,11 @@ from typing import Sequence
 
 from training.rank import (ADDR_ENV, FAULT_ENV, KEY_ENV,  # noqa: F401  (FAULT_ENV: tests set it)
                            NICE_ENV)
+# How a rank process starts, here or on a Dask worker (the tests reach these through group).
+from training.rank_spawn import (_SPAWNED, _base_env, _end, _host_of,  # noqa: F401
+                                 _kill, _popen, _spawn, _worker_facts)
 OVERLAP_NICE = 19  # the CPU priority of local ranks beside the sampler (rl.overlap)
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
-_REPO = Path(__file__).resolve().parent.parent
-_DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "LOCAL_WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", ADDR_ENV, KEY_ENV)
 # Passed from the flow's environment to ranks on other hosts (a local rank inherits them all).
 _FORWARD = ("DS_ACCELERATOR", FAULT_ENV)
 
@@ -88,13 +86,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("", 0))
         return s.getsockname()[1]
-
-
-def _host_of(address: str) -> str:
-    """'tcp://10.0.0.5:8786' -> '10.0.0.5' (also for tls:// and IPv6 in brackets)."""
-    rest = address.split("://", 1)[-1]
-    host = rest.rsplit(":", 1)[0]
-    return host.strip("[]")
 
 
 def _rank_threads(ranks_here: int, cpus: int | None = None, share: float = 1.0) -> int:
@@ -149,69 +140,6 @@ def _reachable_ip(client) -> str:
     from distributed.utils import get_ip
 
     return get_ip(_host_of(client.scheduler.address))
-
-
-# ---- run on the Dask workers (module functions: a worker imports rollforge anyway) --------
-
-_SPAWNED: dict[int, subprocess.Popen] = {}
-
-
-def _worker_facts(dask_worker=None) -> dict:
-    import torch
-
-    host = _host_of(dask_worker.address) if dask_worker is not None else "127.0.0.1"
-    return {"host": host, "cpus": os.cpu_count() or 1, "gpus": torch.cuda.device_count()}
-
-
-def _spawn(envs: list[dict], tuned: dict) -> list[int]:
-    """Start one rank per env on this host; their pids. The variables a Dask nanny sets for its
-    worker (`distributed.nanny.pre-spawn-environ`: MALLOC_TRIM_THRESHOLD_=65536, one BLAS
-    thread) are tuning for the worker's tasks, not for a rank: `tuned` is what the flow's
-    process has of them (the others are left unset), so a rank runs as a local one would.
-    Alternating updates of 2 local ranks and 2 ranks on 2 workers ran at the same speed
-    within noise (6.6-7.6k against 6.0-7.2k tokens/s, load 3)."""
-    import dask
-
-    base = _base_env()
-    for k in (dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}):
-        base.pop(k, None)
-    base.update(tuned)
-    pids = []
-    for extra in envs:
-        p = _popen({**base, **extra})
-        _SPAWNED[p.pid] = p
-        pids.append(p.pid)
-    return pids
-
-
-def _kill(pids: list[int]) -> None:
-    _end([p for p in map(_SPAWNED.pop, pids, [None] * len(pids)) if p is not None])
-
-
-def _end(procs: list[subprocess.Popen]) -> None:
-    """Kill what still runs of `procs` (each its whole session), and reap them all."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        p.wait()
-
-
-def _base_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in _DIST_VARS}
-    # This checkout first: an installed copy of rollforge elsewhere must not serve a rank.
-    path = [str(_REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
-    env["PYTHONPATH"] = os.pathsep.join(path)
-    return env
-
-
-def _popen(env: dict) -> subprocess.Popen:
-    # Its own session: a Ctrl-C in the terminal reaches the flow, which closes the group; the
-    # ranks never print a KeyboardInterrupt each. stdin is not theirs to read.
-    return subprocess.Popen([sys.executable, "-m", "training.rank", "--rank-main"],
-                            stdin=subprocess.DEVNULL, env=env, start_new_session=True)
 
 
 # ---- the supervisor ----------------------------------------------------------------------

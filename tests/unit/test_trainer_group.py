@@ -58,7 +58,7 @@ def test_step_metrics_sum_the_tokens_of_every_rank_over_the_slowest_rank():
 
 def test_a_rank_that_dies_at_start_is_reported_and_the_group_shut_down(monkeypatch):
     # A rank whose interpreter cannot start (a bad python) dies before its first reply.
-    monkeypatch.setattr(group.sys, "executable", "/bin/false")
+    monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(group.RankFailure, match=r"rank \d of 2 died during the start"):
         group.TrainerGroup(2, start_timeout_s=60)
 
@@ -105,7 +105,7 @@ def fake_ranks(tmp_path, monkeypatch):
     exe = tmp_path / "python"
     exe.write_text(f"#!/bin/sh\nexec {sys.executable} {script}\n")
     exe.chmod(0o755)
-    monkeypatch.setattr(group.sys, "executable", str(exe))
+    monkeypatch.setattr(sys, "executable", str(exe))
 
 
 def test_the_group_stays_resident_across_jobs_and_reports_a_failing_rank(fake_ranks):
