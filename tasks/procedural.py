@@ -82,7 +82,7 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     # `function_name`, every family shares one name: a small model then cannot tell the
     # problem from the name either, and must read the docstring's words (what lets a policy
     # warm-started on some families attempt the verification-only ones).
-    fname = function_name or family.name
+    fname = function_name or family.function_name or family.name
     call = ", ".join(repr(a) for a in example.args)
     prompt = (f"def {fname}({family.arg}):\n"
               f'    """{family.sentence(params)}\n'

@@ -177,5 +177,10 @@ if __name__ == "__main__":  # `python -m training.engine --warm-up`: build DeepS
 
     if sys.argv[1:] != ["--warm-up"]:
         sys.exit("usage: python -m training.engine --warm-up")
+    # Into the cache the runs load it from (one per Python environment), not the user's shared
+    # one: otherwise a fresh set-up's first run compiles it again, a minute without a word.
+    from flows.env import apply_defaults  # noqa: PLC0415
+
+    apply_defaults()
     setup_distributed()
     print("DeepSpeed process group ready")

@@ -10,9 +10,9 @@ from tasks.families.numbers import NUMBERS
 from tasks.families.scans import SCANS
 from tasks.families.seqs import SEQS
 from tasks.families.text import TEXT
-from tasks.families.verify import RENAMED, REWORDED, VERIFY
+from tasks.families.verify import LONGER, RENAMED, REWORDED, VERIFY
 
 ALL: list[Family] = [*BASIC, *NUMBERS, *TEXT, *SEQS, *MAPS, FIB_LIKE, FLATTEN, STAIRS, GCD_K,
-                     *SCANS, *VERIFY, *EDGES, *REWORDED, *RENAMED]
+                     *SCANS, *VERIFY, *EDGES, *REWORDED, *RENAMED, *LONGER]
 
 __all__ = ["ALL", "SELF", "Family", "Level", "leveled"]

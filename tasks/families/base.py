@@ -39,6 +39,9 @@ class Family:
     # and the constants, so the same constants sit on the same side in both and nothing trained
     # on in one is held out in the other.
     split_as: str | None = None
+    # The function name its prompts use (default: the family's own name). verify.py's longer
+    # families ask for a basic family's program under that family's own name.
+    function_name: str | None = None
 
     @property
     def n_args(self) -> int:

@@ -15,9 +15,10 @@ from tasks.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
 _SMALL = lambda r, d: r.randint(2, 3 + 2 * d)  # noqa: E731
 
 
-def _vo(name, arg, draw_params, sentence, body, fn, draw_input, split_as=None) -> Family:
+def _vo(name, arg, draw_params, sentence, body, fn, draw_input, split_as=None,
+        function_name=None) -> Family:
     return Family(name, arg, draw_params, sentence, body, fn, draw_input, category="verify",
-                  levels=1, verify_only=True, split_as=split_as)
+                  levels=1, verify_only=True, split_as=split_as, function_name=function_name)
 
 
 VERIFY: list[Family] = [
@@ -105,3 +106,27 @@ REWORDED: list[Family] = [
 RENAMED: list[Family] = [_reword("plus", "add"), _reword("times", "mul"),
                          _reword("keep", "filter_gt"), _reword("dup", "repeat"),
                          _reword("head", "prefix"), _reword("sum_add", "sum_plus")]
+
+
+# Longer: a basic family's task under its own function name and in its own words, with a
+# constant of three digits where its references (difficulties 1 and 2) show one or two. The
+# program is one the warm start knows and the name says which; what it has never done is copy a
+# three-digit number out of the docstring. A byte-level policy copies it right some of the time
+# (it may stop after two digits, or repeat one), so groups carry signal whatever else the warm
+# start learned, and the skill learned on training constants is the one held-out constants need.
+# No demonstration shows it: only the reward can teach it.
+_LONG = lambda r, d: r.randint(100, 999)  # noqa: E731
+
+
+def _longer(name: str, like: str, draw) -> Family:
+    base = next(f for f in BASIC if f.name == like)
+    return _vo(name, base.arg, draw, base.sentence, base.body, base.fn, base.draw_input,
+               split_as=like, function_name=like)
+
+
+LONGER: list[Family] = [
+    _longer("long_add", "add", lambda r, d: {"k": _LONG(r, d)}),
+    _longer("long_mul", "mul", lambda r, d: {"k": _LONG(r, d)}),
+    _longer("long_affine", "affine", lambda r, d: {"a": r.randint(2, 9), "b": _LONG(r, d)}),
+    _longer("long_sum_plus", "sum_plus", lambda r, d: {"k": _LONG(r, d)}),
+]

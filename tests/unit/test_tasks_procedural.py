@@ -156,6 +156,20 @@ def test_a_mirror_family_puts_the_same_constants_on_the_same_side_as_its_base():
         side: dict = {}
         for t in generate_suite([fam.split_as, fam.name], [1, 2], 60):
             body = t.prompt.splitlines()[1]
-            consts = tuple(sorted(re.findall(r"-?\d+|'\w'", body)))
+            consts = tuple(re.findall(r"-?\d+|'\w'", body))  # in order: affine's a and b
             side.setdefault(consts, set()).add(t.split)
         assert all(len(s) == 1 for s in side.values()), fam.name
+
+
+def test_a_longer_family_asks_for_its_base_program_under_the_base_name_with_three_digits():
+    """long_add is add's task word for word, under the name add, with a constant of three digits
+    (add's references show at most two): only the constant's length is new, and no reference
+    shows it."""
+    base = {t.prompt.splitlines()[1] for t in generate_suite(["add"], [1, 2], 60)}
+    for t in generate_suite(["long_add", "long_affine"], [1, 2], 20, with_solutions=True):
+        assert FAMILIES[t.family].verify_only and t.entry_point == FAMILIES[t.family].split_as
+        assert t.prompt.startswith(f"def {t.entry_point}(")
+        k = int(re.findall(r"\d+", t.prompt.splitlines()[1])[-1])
+        assert 100 <= k <= 999 and f"{k}" in t.reference
+    assert all(t.reference is None for t in generate_suite(["long_add"], [1], 5))
+    assert all(len(re.findall(r"\d+", b)[-1]) <= 2 for b in base)
