@@ -111,10 +111,10 @@ RENAMED: list[Family] = [_reword("plus", "add"), _reword("times", "mul"),
 # Longer: a basic family's task under its own function name and in its own words, with a
 # constant of three digits where its references (difficulties 1 and 2) show one or two. The
 # program is one the warm start knows and the name says which; what it has never done is copy a
-# three-digit number out of the docstring. A byte-level policy copies it right some of the time
-# (it may stop after two digits, or repeat one), so groups carry signal whatever else the warm
-# start learned, and the skill learned on training constants is the one held-out constants need.
-# No demonstration shows it: only the reward can teach it.
+# three-digit number out of the docstring, and no demonstration shows it. Measured on the
+# default warm start (seeds 1 and 2, 480 tasks each): greedy 0.000, sampled 0.002, so a group
+# almost never carries signal and these are not in the default mix; kept, like the composed
+# families, as a harder set for larger models.
 _LONG = lambda r, d: r.randint(100, 999)  # noqa: E731
 
 
