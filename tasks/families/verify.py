@@ -72,11 +72,12 @@ _FILTER_K = lambda r, d: {"k": r.randint(0, 9 + 6 * d)}  # noqa: E731
 _REPEAT_K = lambda r, d: {"k": r.randint(2, 4 + 4 * d)}  # noqa: E731
 
 
-def _reword(name: str, like: str, sentence=None, draw=None) -> Family:
-    """Basic family `like`'s program under `name`, asked for by `sentence` (default: its own)."""
+def _reword(name: str, like: str, sentence=None, draw=None, function_name=None) -> Family:
+    """Basic family `like`'s program under `name`, asked for by `sentence` (default: its own),
+    its prompts naming the function `function_name` (default: `name`)."""
     base = next(f for f in BASIC if f.name == like)
     return _vo(name, base.arg, draw or base.draw_params, sentence or base.sentence, base.body,
-               base.fn, base.draw_input, split_as=like)
+               base.fn, base.draw_input, split_as=like, function_name=function_name)
 
 
 REWORDED: list[Family] = [
@@ -115,18 +116,13 @@ RENAMED: list[Family] = [_reword("plus", "add"), _reword("times", "mul"),
 # default warm start (seeds 1 and 2, 480 tasks each): greedy 0.000, sampled 0.002, so a group
 # almost never carries signal and these are not in the default mix; kept, like the composed
 # families, as a harder set for larger models.
-_LONG = lambda r, d: r.randint(100, 999)  # noqa: E731
-
-
-def _longer(name: str, like: str, draw) -> Family:
-    base = next(f for f in BASIC if f.name == like)
-    return _vo(name, base.arg, draw, base.sentence, base.body, base.fn, base.draw_input,
-               split_as=like, function_name=like)
+def _longer(like: str, draw) -> Family:
+    return _reword(f"long_{like}", like, draw=draw, function_name=like)
 
 
 LONGER: list[Family] = [
-    _longer("long_add", "add", lambda r, d: {"k": _LONG(r, d)}),
-    _longer("long_mul", "mul", lambda r, d: {"k": _LONG(r, d)}),
-    _longer("long_affine", "affine", lambda r, d: {"a": r.randint(2, 9), "b": _LONG(r, d)}),
-    _longer("long_sum_plus", "sum_plus", lambda r, d: {"k": _LONG(r, d)}),
+    _longer("add", lambda r, d: {"k": r.randint(100, 999)}),
+    _longer("mul", lambda r, d: {"k": r.randint(100, 999)}),
+    _longer("affine", lambda r, d: {"a": r.randint(2, 9), "b": r.randint(100, 999)}),
+    _longer("sum_plus", lambda r, d: {"k": r.randint(100, 999)}),
 ]
