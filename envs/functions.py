@@ -30,6 +30,9 @@ class ProceduralOptions(BaseModel):
                                       description="one function name for every task")
     sft_variants: int = Field(8, ge=1, description="seeds whose training-split tasks make the "
                               "SFT data (held-out tasks never appear, whatever the seed)")
+    sft_generic_names: float = Field(0.0, ge=0, le=1, description="share of the SFT data shown "
+                                     "under a generic function name (f, solve, ...) instead of "
+                                     "its family's")
 
     @field_validator("families")
     @classmethod
@@ -97,7 +100,8 @@ class FunctionsEnv(FunctionTaskEnv):
         c = self.config
         return [t for t in training_instances(c.families, c.difficulties, c.tasks_per_family,
                                               c.n_tests, c.seed, c.heldout_fraction,
-                                              c.sft_variants, function_name=c.function_name)
+                                              c.sft_variants, function_name=c.function_name,
+                                              generic_names=c.sft_generic_names)
                 if t.reference is not None]
 
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,

@@ -46,6 +46,12 @@ class TaskConfig(BaseModel):
                               "data: more constants and fresh docstring examples per family, so the "
                               "warm start learns to read the docstring instead of memorising "
                               "examples (held-out tasks never appear, whatever the seed)")
+    sft_generic_names: float = Field(
+        0.0, ge=0, le=1, description="share of the SFT data shown under a generic function name "
+        "(f, solve, compute, ...) instead of its family's: demonstrations whose name says "
+        "nothing, so the warm start learns to write what the docstring asks under a name it has "
+        "not seen (what the verification-only renamed families need); 0: every one under its "
+        "family's name")
     seed: int = Field(0, description="seed of the procedural suite (its tasks and split)")
     function_name: str | None = Field(
         None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
@@ -167,7 +173,8 @@ class RunConfig(BaseModel):
         # Dask cluster must reuse the finished stages.
         # `episodes` while off changes nothing: single-turn runs keep their hash.
         # `sandbox.fork_server` changes how fast executions start, not their results.
-        # `tasks.function_name` unset is how runs before it existed worked: same hash.
+        # `tasks.function_name` unset and `tasks.sft_generic_names` 0 are how runs before they
+        # existed worked: same hash.
         off = () if self.episodes.enabled else ("episodes",)
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
                                                    "keep_checkpoints", "cluster",
@@ -175,6 +182,8 @@ class RunConfig(BaseModel):
         d["sandbox"].pop("fork_server", None)
         if d["tasks"].get("function_name") is None:
             d["tasks"].pop("function_name", None)
+        if not d["tasks"].get("sft_generic_names"):
+            d["tasks"].pop("sft_generic_names", None)
         if d["tasks"].get("sources") is None:  # the implicit source: as before sources existed
             d["tasks"].pop("sources", None)
         # `rl.processes` says on how many ranks the update runs, not what it computes (the same
@@ -314,7 +323,8 @@ def task_sources(cfg: RunConfig) -> list[SourceConfig]:
     procedural = dict(families=t.families, difficulties=t.difficulties,
                       tasks_per_family=t.tasks_per_family, n_tests=t.n_tests,
                       heldout_fraction=t.heldout_fraction, seed=t.seed,
-                      function_name=t.function_name, sft_variants=t.sft_variants)
+                      function_name=t.function_name, sft_variants=t.sft_variants,
+                      sft_generic_names=t.sft_generic_names)
     if cfg.episodes.enabled:
         options = {**cfg.episodes.model_dump(mode="json"), "procedural": procedural}
         return [SourceConfig(name="procedural", kind="agent", options=options)]

@@ -110,6 +110,14 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
     every task (default: each family's own name)."""
     if function_name is not None and not function_name.isidentifier():
         raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
+    return _suite(families, difficulties, tasks_per_family, n_tests, seed, heldout_fraction,
+                  with_solutions, lambda _key: function_name)
+
+
+def _suite(families, difficulties, tasks_per_family, n_tests, seed, heldout_fraction,
+           with_solutions, name_for) -> list[Task]:
+    """generate_suite, each task's function name `name_for(its content hash)` (None: the
+    family's own)."""
     unknown = sorted(set(families) - set(FAMILIES))
     if unknown:
         raise ValueError(f"unknown task families {unknown}; expected some of {sorted(FAMILIES)}")
@@ -120,24 +128,53 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
             rng = random.Random(f"{seed}:{name}:{d}")
             for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
                 t = make_task(fam, params, d, n_tests, seed, heldout_fraction, with_solutions,
-                              function_name)
+                              name_for(_task_hash(fam.name, params, d)))
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)
 
 
+# The names a demonstration may be shown under instead of its family's (`generic_names`):
+# words that say nothing of the program, none of them a family's or a verification-only
+# family's name (tests/unit/test_tasks_procedural.py checks), so the name cannot tell the
+# program and the docstring must.
+GENERIC_NAMES = ("f", "g", "fn", "func", "solve", "compute", "answer", "calc", "apply",
+                 "transform", "process", "evaluate", "result", "run", "task", "op")
+
+
+def _generic_name(seed: int, key: str, share: float) -> str | None:
+    """A generic name for the task with content hash `key` in variant `seed`, for a `share` of
+    them (by hash: the same on every machine); None for the rest."""
+    u = int(hashlib.sha256(f"{seed}:{key}:generic".encode()).hexdigest()[:12], 16)
+    if (u % 10_000) >= share * 10_000:
+        return None
+    return GENERIC_NAMES[(u // 10_000) % len(GENERIC_NAMES)]
+
+
 def training_instances(families: list[str], difficulties: list[int], tasks_per_family: int,
                        n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
-                       variants: int = 1, function_name: str | None = None) -> list[Task]:
+                       variants: int = 1, function_name: str | None = None,
+                       generic_names: float = 0.0) -> list[Task]:
     """Training-split tasks drawn with `variants` seeds (seed, seed+1, ...): more constants and
     freshly drawn examples for the same families, so a warm start cannot memorise examples and
     must read the docstring. No held-out task can appear: the split depends only on a task's
-    family, constants and difficulty, never on the seed."""
+    family, constants and difficulty, never on the seed.
+
+    `generic_names`: the share of them shown under a name from GENERIC_NAMES instead of their
+    family's (unless `function_name` names them all): demonstrations whose name says nothing,
+    so the warm start also learns to write the program the docstring asks for under a name it
+    does not know."""
     if variants < 1:
         raise ValueError(f"variants={variants}: expected >= 1")
+    if not 0.0 <= generic_names <= 1.0:
+        raise ValueError(f"generic_names={generic_names}: expected a share in [0, 1]")
+    if function_name is not None and not function_name.isidentifier():
+        raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
     out: dict[str, Task] = {}
     for s in range(seed, seed + variants):
-        for t in generate_suite(families, difficulties, tasks_per_family, n_tests, s,
-                                heldout_fraction, function_name=function_name):
+        def name_for(key: str, s=s) -> str | None:
+            return function_name or _generic_name(s, key, generic_names)
+        for t in _suite(families, difficulties, tasks_per_family, n_tests, s, heldout_fraction,
+                        False, name_for):
             if t.split == "train":
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)

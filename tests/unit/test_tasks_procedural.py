@@ -107,6 +107,34 @@ def test_training_instances_never_contain_a_heldout_task_of_any_seed():
     assert len(inst) > len([t for t in generate_suite(fams, [1, 2], 20) if t.split == "train"])
 
 
+def test_generic_names_rename_a_share_of_the_demonstrations_and_their_references_pass():
+    from tasks.procedural import FAMILIES, GENERIC_NAMES, training_instances
+
+    fams = ["add", "mul", "filter_gt", "repeat", "count", "prefix"]
+    plain = training_instances(fams, [1, 2], 20, seed=0, variants=2)
+    mixed = training_instances(fams, [1, 2], 20, seed=0, variants=2, generic_names=0.3)
+    assert mixed == training_instances(fams, [1, 2], 20, seed=0, variants=2, generic_names=0.3)
+    assert [t.task_id for t in mixed] == [t.task_id for t in plain]
+    renamed = [t for t in mixed if t.entry_point != t.family]
+    assert 0.2 < len(renamed) / len(mixed) < 0.4
+    assert {t.entry_point for t in renamed} <= set(GENERIC_NAMES)
+    assert len({t.entry_point for t in renamed}) > len(GENERIC_NAMES) // 2
+    # The same task, word for word, under another name: a program the docstring asks for.
+    by_id = {(t.task_id, t.tests[0].model_dump_json()): t for t in plain}
+    for t in renamed:
+        p = by_id[(t.task_id, t.tests[0].model_dump_json())]
+        assert t.prompt.replace(f"{t.entry_point}(", "#(") == p.prompt.replace(f"{p.entry_point}(", "#(")
+        scope: dict = {}
+        exec(t.prompt + t.reference, scope)
+        for case in (*t.examples, *t.tests):
+            assert scope[t.entry_point](*case.args) == case.expected
+    # A generic name must never be one a family is asked for under (the renamed families').
+    asked = {f.function_name or f.name for f in FAMILIES.values()}
+    assert not asked & set(GENERIC_NAMES)
+    with pytest.raises(ValueError, match="generic_names=1.5"):
+        training_instances(fams, [1], 2, generic_names=1.5)
+
+
 def test_verification_only_families_ship_tests_but_no_reference():
     assert len(VERIFY_ONLY) >= 4
     tasks = generate_suite(VERIFY_ONLY, [1, 2], 6)
