@@ -186,11 +186,16 @@ def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client,
 
 def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) -> dict:
     """`evaluate_policy` from outside a run's flow (benchmarks), on the run's cluster and
-    result store."""
-    c = cfg.cluster
-    opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-    return evaluate_policy(cfg, version, opts, dask_client(c.address, c.n_workers,
-                                                           c.threads_per_worker), tasks, prefix)
+    result store. It runs as a flow of its own: the evaluation submits Prefect tasks, which
+    need a flow's task runner. Call it under `if __name__ == "__main__":` (the Dask
+    LocalCluster's workers import the caller's main module)."""
+    @flow(name="rollforge-pass-rates", log_prints=True)
+    def pass_rates() -> dict:
+        c = cfg.cluster
+        opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
+        return evaluate_policy(cfg, version, opts, dask_client(c.address, c.n_workers,
+                                                               c.threads_per_worker), tasks, prefix)
+    return pass_rates()
 
 
 def sample_version(cfg: RunConfig, it: int) -> int:

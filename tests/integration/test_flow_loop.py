@@ -101,3 +101,35 @@ def test_second_invocation_resumes_instead_of_starting_over(first_run):
     groups = read_metrics(str(run_dir)).set_index("iteration")["curriculum/groups_generated"]
     assert df.groupby("iteration").size().tolist() == [4 * groups[i] for i in (0, 1, 2)]
     assert finished_iterations(str(run_dir)) == [0, 1, 2]
+
+
+_PASS_RATES = """
+import json, sys
+from flows.config import validate_config
+from flows.iteration import pass_rates_on
+from flows.stages import heldout_tasks
+from storage import registry
+
+if __name__ == "__main__":
+    run_dir = sys.argv[1]
+    cfg = validate_config({**registry.read_run_config(run_dir), "out_dir": sys.argv[2],
+                           "run_id": "tiny"})
+    print("RATES", json.dumps(pass_rates_on(cfg, 2, heldout_tasks(cfg), "heldout")))
+"""
+
+
+def test_pass_rates_on_outside_the_flow_matches_the_runs_own_evaluation(first_run, tmp_path):
+    """What the benchmarks evaluate a checkpoint with (flows.iteration.pass_rates_on, from a
+    plain script) gives the run's own held-out figures for the same version."""
+    out, _ = first_run
+    script = tmp_path / "rates.py"
+    script.write_text(_PASS_RATES)
+    proc = subprocess.run([sys.executable, str(script), str(out / "tiny"), str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**standalone_env(), "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    rates = json.loads(proc.stdout.split("RATES ", 1)[1].splitlines()[0])
+    m = read_metrics(str(out / "tiny")).set_index("iteration").iloc[-1]  # evaluates v2
+    assert rates["heldout/tasks"] == m["heldout/tasks"] > 0
+    assert rates["heldout/pass_greedy"] == m["heldout/pass_greedy"]
+    assert rates["heldout/pass_sampled"] == m["heldout/pass_sampled"]
