@@ -70,19 +70,22 @@ def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them()
     # pinned: the default config's hash (since its warm start trains until a criterion);
     # settings that change no result (sandbox.fork_server, an unset tasks.function_name,
     # episodes while off) stay out of it, so a resumed run finds its finished stages
-    base = load_config("configs/default.yaml")
+    assert load_config("configs/default.yaml").hash() == "a44a1f79a4c8"
+    # the default before its SFT data held generic names: an unset share is how it ran
+    before = ["tasks.sft_generic_names=0"]
+    base = load_config("configs/default.yaml", before)
     assert base.hash() == "2d1cf792689b"
-    assert load_config("configs/default.yaml", ["tasks.balance_families=false"]).hash() != base.hash()
-    assert load_config("configs/default.yaml", ["sandbox.fork_server=false"]).hash() == base.hash()
-    assert load_config("configs/default.yaml", ["tasks.function_name=f"]).hash() != base.hash()
-    fixed = load_config("configs/default.yaml", ["sft.until_pass=null", "sft.steps=1200"])
+    assert load_config("configs/default.yaml", [*before, "tasks.balance_families=false"]).hash() != base.hash()
+    assert load_config("configs/default.yaml", [*before, "sandbox.fork_server=false"]).hash() == base.hash()
+    assert load_config("configs/default.yaml", [*before, "tasks.function_name=f"]).hash() != base.hash()
+    fixed = load_config("configs/default.yaml", [*before, "sft.until_pass=null", "sft.steps=1200"])
     assert fixed.hash() == "8fdcdb25db67"  # the fixed-length warm start of runs made before it
-    assert load_config("configs/default.yaml", ["sft.until_pass=null", "sft.steps=1200",
+    assert load_config("configs/default.yaml", [*before, "sft.until_pass=null", "sft.steps=1200",
                                                 "sft.probe_every=50"]).hash() == fixed.hash()
     old_sft = ["sft.until_pass=null", "sft.steps=1200"]
-    no_replay = load_config("configs/default.yaml", ["rl.replay_coef=0", *old_sft])
+    no_replay = load_config("configs/default.yaml", [*before, "rl.replay_coef=0", *old_sft])
     assert no_replay.hash() != fixed.hash()
     # replay off: its batch size changes nothing, and the hash is that of runs made before it
-    assert load_config("configs/default.yaml", ["rl.replay_coef=0", "rl.replay_per_step=4",
+    assert load_config("configs/default.yaml", [*before, "rl.replay_coef=0", "rl.replay_per_step=4",
                                                 *old_sft]).hash() \
         == no_replay.hash() == "cb90375253ed"
