@@ -100,6 +100,11 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
                 reference=(family.solution if with_solution else family.reference)(params, fname))
 
 
+def _check_function_name(function_name: str | None) -> None:
+    if function_name is not None and not function_name.isidentifier():
+        raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
+
+
 def generate_suite(families: list[str], difficulties: list[int], tasks_per_family: int,
                    n_tests: int = 6, seed: int = 0, heldout_fraction: float = 0.2,
                    with_solutions: bool = False, function_name: str | None = None) -> list[Task]:
@@ -108,8 +113,7 @@ def generate_suite(families: list[str], difficulties: list[int], tasks_per_famil
     `with_solutions=True` fills `reference` for verification-only families too: only for
     checking the suite itself, never for data a policy trains on. `function_name`: one name for
     every task (default: each family's own name)."""
-    if function_name is not None and not function_name.isidentifier():
-        raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
+    _check_function_name(function_name)
     return _suite(families, difficulties, tasks_per_family, n_tests, seed, heldout_fraction,
                   with_solutions, lambda _key: function_name)
 
@@ -167,8 +171,7 @@ def training_instances(families: list[str], difficulties: list[int], tasks_per_f
         raise ValueError(f"variants={variants}: expected >= 1")
     if not 0.0 <= generic_names <= 1.0:
         raise ValueError(f"generic_names={generic_names}: expected a share in [0, 1]")
-    if function_name is not None and not function_name.isidentifier():
-        raise ValueError(f"function_name={function_name!r}: expected a Python identifier")
+    _check_function_name(function_name)
     out: dict[str, Task] = {}
     for s in range(seed, seed + variants):
         def name_for(key: str, s=s) -> str | None:
