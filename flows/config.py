@@ -201,6 +201,9 @@ class RunConfig(BaseModel):
         if d["sft"].get("until_pass") is None:
             for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps"):
                 d["sft"].pop(k, None)
+        # A probe that may hold generic-named tasks is how runs before the choice worked.
+        if d["sft"].get("probe_generic_names", True):
+            d["sft"].pop("probe_generic_names", None)
         # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
         # them worked: same hash.
         _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",

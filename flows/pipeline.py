@@ -48,7 +48,8 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
         pairs += tasks
     probe = None
     if cfg.sft.until_pass is not None:
-        held, pairs = stages.probe_split(pairs, cfg.sft.probe_tasks)
+        held, pairs = stages.probe_split(pairs, cfg.sft.probe_tasks,
+                                           cfg.sft.probe_generic_names)
         if not held:
             raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
                              "have references (the probe is drawn from them)")

@@ -23,6 +23,7 @@ from rewards import outcome
 from rewards.outcome import SOLVED_FACTS, fill_solved
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
+from tasks.procedural import GENERIC_NAMES
 from tasks.record import Task
 
 _CODE_FILES = ("envs", "flows", "tasks", "sandbox", "rewards", "storage", "training")
@@ -62,12 +63,17 @@ def sft_data(cfg: RunConfig) -> list[tuple[SourceConfig, list[Task]]]:
     return [(s, sft_tasks_of(s)) for s in task_sources(cfg)]
 
 
-def probe_split(tasks: list[Task], n: int) -> tuple[list[Task], list[Task]]:
+def probe_split(tasks: list[Task], n: int,
+                generic_names: bool = True) -> tuple[list[Task], list[Task]]:
     """(probe, rest) of the warm start's tasks with a reference: the `n` distinct prompts first
     by a hash of (task id, prompt) are the probe (`sft.until_pass`), and no task with a probe
-    prompt is trained on. The same tasks on every machine and in every process."""
+    prompt is trained on. The same tasks on every machine and in every process.
+    `generic_names=False`: no task shown under a name of `tasks.procedural.GENERIC_NAMES` is
+    a probe task (it is trained on)."""
     with_ref = [t for t in tasks if t.reference is not None]
-    order = sorted(with_ref, key=lambda t: hashlib.sha256(
+    eligible = with_ref if generic_names else [
+        t for t in with_ref if t.entry_point not in GENERIC_NAMES]
+    order = sorted(eligible, key=lambda t: hashlib.sha256(
         f"{t.task_id}\0{t.prompt}".encode()).hexdigest())
     probe, seen = [], set()
     for t in order:

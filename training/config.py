@@ -85,6 +85,11 @@ class SFTConfig(BaseModel):
                              "of their id) whose greedy pass rate is the criterion; never a "
                              "held-out task")
     probe_every: int = Field(100, ge=1, description="with until_pass: steps between probes")
+    probe_generic_names: bool = Field(
+        True, description="with until_pass: may the probe hold demonstrations shown under a "
+        "generic function name (`tasks.sft_generic_names`)? False: only tasks under their "
+        "family's own name, so the criterion says whether the warm start has learned the "
+        "families it has references for, not how far it carries over to names it does not know")
     decay_steps: int = Field(300, ge=1, description="with until_pass: steps of linear decay "
                              "after the criterion is met")
 

@@ -382,6 +382,20 @@ def test_the_warm_starts_probe_is_withheld_from_its_data_and_never_a_held_out_ta
     assert len({t.family for t in probe}) > 4  # spread over the families with references
 
 
+def test_a_probe_without_generic_names_holds_only_family_named_tasks_and_trains_on_the_rest():
+    from tasks.procedural import GENERIC_NAMES  # noqa: PLC0415
+
+    cfg = load_config("configs/default.yaml", ["tasks.sft_generic_names=0.25"])
+    tasks = [t for _, ts in stages.sft_data(cfg) for t in ts]
+    mixed, _ = stages.probe_split(tasks, 64)
+    assert any(t.entry_point in GENERIC_NAMES for t in mixed)  # so the choice changes something
+    probe, rest = stages.probe_split(tasks, 64, generic_names=False)
+    assert len(probe) == 64 and not any(t.entry_point in GENERIC_NAMES for t in probe)
+    generic = [t for t in tasks if t.entry_point in GENERIC_NAMES]
+    assert generic and {t.prompt for t in generic} <= {t.prompt for t in rest}  # all trained on
+    assert not {t.prompt for t in probe} & {t.prompt for t in rest}
+
+
 def test_the_summary_says_how_a_warm_start_until_a_criterion_ended():
     from flows.report import _warm_start_line  # noqa: PLC0415
 
