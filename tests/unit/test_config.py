@@ -70,9 +70,13 @@ def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them()
     # pinned: the default config's hash (since its warm start trains until a criterion);
     # settings that change no result (sandbox.fork_server, an unset tasks.function_name,
     # episodes while off) stay out of it, so a resumed run finds its finished stages
-    assert load_config("configs/default.yaml").hash() == "a44a1f79a4c8"
+    assert load_config("configs/default.yaml").hash() == "359e281f5047"
+    # the default before its probe left out generic-named tasks: a probe that may hold them is
+    # how it ran
+    assert load_config("configs/default.yaml",
+                       ["sft.probe_generic_names=true"]).hash() == "a44a1f79a4c8"
     # the default before its SFT data held generic names: an unset share is how it ran
-    before = ["tasks.sft_generic_names=0"]
+    before = ["tasks.sft_generic_names=0", "sft.probe_generic_names=true"]
     base = load_config("configs/default.yaml", before)
     assert base.hash() == "2d1cf792689b"
     assert load_config("configs/default.yaml", [*before, "tasks.balance_families=false"]).hash() != base.hash()
