@@ -199,11 +199,11 @@ class RunConfig(BaseModel):
         # A warm start of a fixed length (no `sft.until_pass`) is how runs before the
         # criterion existed worked: same hash.
         if d["sft"].get("until_pass") is None:
-            for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps"):
+            for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps",
+                      "probe_generic_names"):
                 d["sft"].pop(k, None)
         # A probe that may hold generic-named tasks is how runs before the choice worked.
-        if d["sft"].get("probe_generic_names", True):
-            d["sft"].pop("probe_generic_names", None)
+        _pop_defaults(d["sft"], SFTConfig, ("probe_generic_names",))
         # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
         # them worked: same hash.
         _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",

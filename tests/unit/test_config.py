@@ -75,6 +75,10 @@ def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them()
     # how it ran
     assert load_config("configs/default.yaml",
                        ["sft.probe_generic_names=true"]).hash() == "a44a1f79a4c8"
+    # without a criterion there is no probe, so the choice changes nothing
+    fixed = ["sft.until_pass=null"]
+    assert load_config("configs/default.yaml", [*fixed, "sft.probe_generic_names=true"]).hash() \
+        == load_config("configs/default.yaml", fixed).hash()
     # the default before its SFT data held generic names: an unset share is how it ran
     before = ["tasks.sft_generic_names=0", "sft.probe_generic_names=true"]
     base = load_config("configs/default.yaml", before)
