@@ -7,7 +7,7 @@ answered by Prefect's cache, so this adds no sampling as long as the package's c
 edited while it runs (the cache key holds the code's hash). Prints the table; writes the reward
 curve to <out>/reward_curve.png.
 
-    .venv/bin/python bench/bench_real_rl.py [--seeds 0,1] [--out runs/bench-real]
+    .venv/bin/python bench/bench_real_rl.py [--seeds 0,1] [--jobs 2] [--out runs/bench-real]
         [--set key=value ...]   (e.g. --set iterations=2 for a short version)
 Several hours on 2 CPU cores for the two seeds as configured: each held-out evaluation (v0 and
 the last version) samples 189 prompts three times at up to 192 tokens (the greedy pass ran at
@@ -35,21 +35,41 @@ from storage.registry import read_metrics  # noqa: E402
 CONFIG = ROOT / "configs" / "smollm2.yaml"
 
 
-def run_seed(seed: int, out: Path, sets: list[str]) -> Path:
-    run_id = f"smollm2-s{seed}"
-    cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(CONFIG), "--set",
-           f"seed={seed}", "--set", f"run_id={run_id}", "--set", f"out_dir={out}"]
-    for s in sets:
-        cmd += ["--set", s]
+def run_seeds(seeds: list[int], out: Path, sets: list[str], jobs: int) -> dict[int, Path]:
+    """`rollforge run` for each seed, `jobs` at a time. Each run gets its share of the cores as
+    its torch threads (OMP_NUM_THREADS, unless the caller set it): two runs of two threads on
+    two cores stall each other many times over (docs/benchmarks.md, thread oversubscription)."""
     out.mkdir(parents=True, exist_ok=True)
-    log = out / f"{run_id}.log"
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        rc = subprocess.call(cmd, cwd=ROOT, env=standalone_env(), stdout=f, stderr=subprocess.STDOUT)
-    if rc != 0:
-        raise SystemExit(f"rollforge run for seed {seed} exited with {rc}; see {log}")
-    print(f"seed {seed}: {out / run_id} in {time.perf_counter() - t0:.0f} s (log {log})", flush=True)
-    return out / run_id
+    env = standalone_env()
+    if jobs > 1:
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
+    waiting, running, done = list(seeds), {}, {}
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            seed = waiting.pop(0)
+            run_id = f"smollm2-s{seed}"
+            cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(CONFIG), "--set",
+                   f"seed={seed}", "--set", f"run_id={run_id}", "--set", f"out_dir={out}"]
+            for s in sets:
+                cmd += ["--set", s]
+            log = out / f"{run_id}.log"
+            with open(log, "w") as f:
+                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+            running[seed] = (proc, log, time.perf_counter())
+        time.sleep(1)
+        for seed, (proc, log, t0) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[seed]
+            if proc.returncode != 0:
+                for other, _log, _t0 in running.values():
+                    other.terminate()
+                raise SystemExit(f"rollforge run for seed {seed} exited with {proc.returncode}; "
+                                 f"see {log}")
+            done[seed] = out / f"smollm2-s{seed}"
+            print(f"seed {seed}: {done[seed]} in {time.perf_counter() - t0:.0f} s (log {log}, "
+                  f"OMP_NUM_THREADS={env.get('OMP_NUM_THREADS', 'unset')})", flush=True)
+    return {seed: done[seed] for seed in seeds}
 
 
 def evaluate(run_dir: Path, sets: list[str], version: int) -> dict:
@@ -105,16 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-real"))
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="seeds run at once, each on its share of the cores (2 on 2 cores: "
+                         "one torch thread each)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="key=value override of configs/smollm2.yaml (repeatable)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    runs, results = {}, {}
-    for seed in [int(s) for s in args.seeds.split(",")]:
-        run_dir = run_seed(seed, out, args.sets)
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, not {args.jobs}")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    runs, results = run_seeds(seeds, out, args.sets, args.jobs), {}
+    for seed, run_dir in runs.items():
         final = read_metrics(str(run_dir)).iloc[-1].dropna().to_dict()  # the last evaluation
         sets = [*args.sets, f"seed={seed}"]
-        runs[seed], results[seed] = run_dir, (evaluate(run_dir, sets, 0), final)
+        results[seed] = (evaluate(run_dir, sets, 0), final)
     print(f"\nconfigs/smollm2.yaml {' '.join('--set ' + s for s in args.sets)}".rstrip())
     print(table(results))
     reward_curve(runs, out / "reward_curve.png")
