@@ -91,7 +91,7 @@ bench-episodes: setup
 	$(PY) bench/bench_episodes.py
 
 # The real model (SmolLM2-135M-Instruct, LoRA) RL-trained, held-out pass@1 before and after per
-# family and on HumanEval's 164, two seeds: several hours on 2 cores (docs/models.md).
+# family and on HumanEval's 164, two seeds at once: 2 h on 2 cores (docs/benchmarks.md).
 bench-real: model
 	$(PY) bench/bench_real_rl.py $(ARGS)
 

@@ -7,11 +7,11 @@ answered by Prefect's cache, so this adds no sampling as long as the package's c
 edited while it runs (the cache key holds the code's hash). Prints the table; writes the reward
 curve to <out>/reward_curve.png.
 
-    .venv/bin/python bench/bench_real_rl.py [--seeds 0,1] [--jobs 2] [--out runs/bench-real]
+    .venv/bin/python bench/bench_real_rl.py [--seeds 0,1] [--jobs N] [--out runs/bench-real]
         [--set key=value ...]   (e.g. --set iterations=2 for a short version)
-Several hours on 2 CPU cores for the two seeds as configured: each held-out evaluation (v0 and
-the last version) samples 189 prompts three times at up to 192 tokens (the greedy pass ran at
-0.15 sequences/s at load 4), about an hour per seed quiet for the evaluations alone.
+On 2 CPU cores the two seeds as configured, at once, took 2 h 3 min: each held-out evaluation
+(v0 and the last version; 197 prompts, three answers each at up to 192 tokens) about 41 min, each
+of the six iterations about 6 min (docs/benchmarks.md has the table).
 """
 from __future__ import annotations
 
@@ -125,17 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--out", default=str(ROOT / "runs" / "bench-real"))
-    ap.add_argument("--jobs", type=int, default=1,
-                    help="seeds run at once, each on its share of the cores (2 on 2 cores: "
-                         "one torch thread each)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="seeds run at once, each on its share of the cores as its torch "
+                         "threads (default: as many as there are seeds, at most the cores)")
     ap.add_argument("--set", dest="sets", action="append", default=[],
                     help="key=value override of configs/smollm2.yaml (repeatable)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    if args.jobs < 1:
-        ap.error(f"--jobs must be at least 1, not {args.jobs}")
-    seeds = [int(s) for s in args.seeds.split(",")]
-    runs, results = run_seeds(seeds, out, args.sets, args.jobs), {}
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        ap.error(f"--seeds takes integers separated by commas, not {args.seeds!r}")
+    jobs = args.jobs if args.jobs is not None else min(len(seeds), os.cpu_count() or 1)
+    if jobs < 1:
+        ap.error(f"--jobs must be at least 1, not {jobs}")
+    runs, results = run_seeds(seeds, out, args.sets, jobs), {}
     for seed, run_dir in runs.items():
         final = read_metrics(str(run_dir)).iloc[-1].dropna().to_dict()  # the last evaluation
         sets = [*args.sets, f"seed={seed}"]
