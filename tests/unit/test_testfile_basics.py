@@ -1,7 +1,7 @@
 """The shipped test-file task set (tasks/data/testfile_basics.jsonl, read by configs/smollm2.yaml):
-the file is what its source script writes, every reference passes its own test file and a
-trivial answer fails it in the real sandbox, and each family has tasks on both sides of the
-split."""
+the file is what its builder writes from its source (testfile_basics.yaml), every reference
+passes its own test file and a trivial answer fails it in the real sandbox, and each family has
+tasks on both sides of the split."""
 from __future__ import annotations
 
 import importlib.util
