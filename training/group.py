@@ -45,9 +45,9 @@ import os
 import pickle
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
-from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from pathlib import Path
 from typing import Sequence
@@ -59,6 +59,9 @@ from training.rank_spawn import (_SPAWNED, _base_env, _end, _host_of,  # noqa: F
                                  _kill, _popen, _spawn, _worker_facts)
 OVERLAP_NICE = 19  # the CPU priority of local ranks beside the sampler (rl.overlap)
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
+# A rank answers the key challenge as soon as it connects (its imports come after); a client that
+# takes longer is not one of ours and is dropped, so it cannot hold the start.
+HANDSHAKE_TIMEOUT_S = 5.0
 # Passed from the flow's environment to ranks on other hosts (a local rank inherits them all).
 _FORWARD = ("DS_ACCELERATOR", FAULT_ENV)
 
@@ -214,34 +217,35 @@ class TrainerGroup:
 
     def _connect(self, server: socket.socket, authkey: bytes, timeout_s: float) -> list:
         """Every rank's connection, in rank order: each proves it holds the group's key (the
-        handshake of `multiprocessing.connection`) and says its rank first."""
+        handshake of `multiprocessing.connection`) and says its rank first. A client that does
+        not (a stranger, or one that says nothing) is dropped and the loop goes on accepting;
+        the start's deadline holds whatever the clients do."""
         conns: dict[int, Connection] = {}
         deadline = time.monotonic() + timeout_s
         while len(conns) < self.world:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._check_started()
+                missing = sorted(set(range(self.world)) - set(conns))
+                raise RankFailure(f"trainer group ({self.world} ranks, {self.placement}): "
+                                  f"ranks {missing} did not connect within {timeout_s:g}s")
             try:
                 sock, _ = server.accept()
             except TimeoutError:
-                dead = [r for r, p in enumerate(self.procs) if p.poll() is not None]
-                if dead:
-                    raise RankFailure(f"trainer group: rank {dead[0]} of {self.world} died "
-                                      f"during the start ({_how(self.procs[dead[0]].returncode)})"
-                                      "; the group was shut down")
-                if time.monotonic() > deadline:
-                    missing = sorted(set(range(self.world)) - set(conns))
-                    raise RankFailure(f"trainer group ({self.world} ranks, {self.placement}): "
-                                      f"ranks {missing} did not connect within {timeout_s:g}s")
+                self._check_started()
                 continue
-            sock.settimeout(None)  # a Connection reads a blocking descriptor
-            c = Connection(sock.detach())
-            try:
-                deliver_challenge(c, authkey)
-                answer_challenge(c, authkey)
-                hello = c.recv()
-            except (AuthenticationError, EOFError, OSError):
-                c.close()  # not one of ours
-                continue
-            conns[int(hello["rank"])] = c
+            got = _handshake(sock, authkey, min(HANDSHAKE_TIMEOUT_S, max(left, 0.1)))
+            if got is not None:
+                conns[int(got[1]["rank"])] = got[0]
         return [conns[r] for r in range(self.world)]
+
+    def _check_started(self) -> None:
+        """RankFailure if a local rank died before it connected (accept wakes every second)."""
+        dead = [r for r, p in enumerate(self.procs) if p.poll() is not None]
+        if dead:
+            raise RankFailure(f"trainer group: rank {dead[0]} of {self.world} died during the "
+                              f"start ({_how(self.procs[dead[0]].returncode)}); the group was "
+                              "shut down")
 
     def _gather(self, timeout_s: float | None, what: str) -> list[dict]:
         """One reply from every rank, or RankFailure as soon as one dies or raises."""
@@ -338,6 +342,42 @@ class TrainerGroup:
         for c in self.conns:
             c.close()
         self.procs, self.remote, self.conns = [], {}, []
+
+
+def _handshake(sock: socket.socket, authkey: bytes, timeout_s: float
+               ) -> tuple[Connection, dict] | None:
+    """The key handshake and the hello of a new connection, within `timeout_s`: the connection
+    and the hello, or None for a client that is not one of our ranks (no key, bytes that are
+    not the protocol, or silence: the listener is reachable from the network with
+    `rl.placement: dask`, and a blocking read would wait on such a client forever)."""
+    sock.setblocking(True)  # a Connection reads a blocking descriptor, so no socket timeout:
+    c = Connection(os.dup(sock.fileno()))
+    expired = threading.Event()
+
+    def cut() -> None:  # ... past the limit, a shutdown ends the blocked read instead (EOF)
+        expired.set()
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    timer = threading.Timer(timeout_s, cut)
+    timer.start()
+    hello = None
+    try:
+        deliver_challenge(c, authkey)
+        answer_challenge(c, authkey)
+        hello = c.recv()
+    except Exception:  # AuthenticationError, EOFError, OSError, or whatever a stranger sent
+        pass
+    finally:
+        timer.cancel()
+        timer.join()  # after this, `expired` says for certain whether the cut happened
+        sock.close()  # the connection lives on in `c`'s own descriptor
+    if expired.is_set() or not isinstance(hello, dict) or "rank" not in hello:
+        c.close()
+        return None
+    return c, hello
 
 
 def _how(code: int) -> str:

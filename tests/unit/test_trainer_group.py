@@ -262,3 +262,73 @@ def test_a_stranger_without_the_key_cannot_join_the_group(fake_ranks, monkeypatc
         assert len(refused) == 2, refused
     finally:
         g.close(force=True)
+
+
+def _silent_client_first(monkeypatch, held: list):
+    """Before the ranks start, a stranger connects to the group's listener and says nothing
+    (as anything on the network could with `rl.placement: dask`): the first in the backlog."""
+    import socket
+
+    real_popen = group._popen
+
+    def popen_after_a_silent_client(env):
+        if not held:
+            host, port = env[group.ADDR_ENV].rsplit(":", 1)
+            held.append(socket.create_connection((host, int(port))))
+        return real_popen(env)
+
+    monkeypatch.setattr(group, "_popen", popen_after_a_silent_client)
+
+
+def _start_in_thread(*args, **kwargs) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def start():
+        try:
+            out["group"] = group.TrainerGroup(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 (reported by the test)
+            out["error"] = exc
+
+    t = threading.Thread(target=start, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_a_silent_client_on_the_listener_does_not_stall_the_start(fake_ranks, monkeypatch):
+    held: list = []
+    _silent_client_first(monkeypatch, held)
+    t, out = _start_in_thread(2, start_timeout_s=60)
+    try:
+        t.join(timeout=45)  # the handshake's own limit is seconds; the start's is 60 s
+        stalled = t.is_alive()
+    finally:
+        for s in held:
+            s.close()  # the stranger leaves: a stalled start (the old code) goes on
+        t.join(timeout=60)
+        if "group" in out:
+            out["group"].close(force=True)
+    assert held, "the stranger never connected"
+    assert not stalled, "the group's start waited on a client that said nothing"
+    assert "error" not in out, out.get("error")
+
+
+def test_a_silent_client_does_not_stretch_the_start_deadline(tmp_path, monkeypatch):
+    # ranks that never connect (they only sleep), and a stranger holding the listener: the
+    # start still gives up at its deadline, not when the stranger leaves
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\nexec sleep 120\n")
+    exe.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(exe))
+    held: list = []
+    _silent_client_first(monkeypatch, held)
+    t, out = _start_in_thread(2, start_timeout_s=3)
+    try:
+        t.join(timeout=30)
+        stalled = t.is_alive()
+    finally:
+        for s in held:
+            s.close()
+        t.join(timeout=60)
+    assert not stalled, "the start outlived its deadline behind a silent client"
+    assert isinstance(out.get("error"), group.RankFailure), out
+    assert "did not connect within 3s" in str(out["error"])
