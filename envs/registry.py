@@ -1,5 +1,5 @@
 """Kinds of environment by name: the built-ins, the plug-ins of the entry-point group
-`rollforge.environments`, and any `module:Class` import path.
+`rollforge.environments`, and any `module:Class` import path that the user names.
 
 A plug-in package declares, in its pyproject.toml,
 
@@ -9,6 +9,11 @@ A plug-in package declares, in its pyproject.toml,
 and is then a kind like any built-in, in the flow and in every Dask worker where it is
 installed. A name that is none of these, or a plug-in that fails to import, raises `EnvError`
 naming it and what went wrong.
+
+An import path runs the module's code, so only the user's own choice may name one (a source's
+`kind` in the run config, `--kind` on the command line: `kind_class`). A task's `kind` is data
+(task files come from outside): `env_for_task` takes a registered kind, or a kind the user
+already loaded by its path in this process, and refuses any other import path unimported.
 """
 from __future__ import annotations
 
@@ -65,6 +70,8 @@ def known() -> dict[str, str]:
 # Kinds loaded by import path in this process, by their `name`: the tasks such a kind makes
 # carry that name, and must find their grader again without an entry point.
 _BY_PATH: dict[str, type[Environment]] = {}
+# The import paths the user named (`kind_class`) and what they loaded: a task may name those too.
+_PATHS: dict[str, type[Environment]] = {}
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,6 +86,7 @@ def kind_class(name: str) -> type[Environment]:
         cls = _load(name, f"kind {name!r}")
         if cls.name and cls.name not in BUILTIN:
             _BY_PATH.setdefault(cls.name, cls)
+        _PATHS[name] = cls
         return cls
     if name in _BY_PATH:
         return _BY_PATH[name]
@@ -97,6 +105,22 @@ def make_env(name: str, options: Mapping[str, Any] | None = None) -> Environment
     return _make(name, json.dumps(dict(options or {}), sort_keys=True, default=str))
 
 
+def check_task_kind(name: str) -> None:
+    """Raise EnvError, naming the field, if a task's `kind` is an import path the user has not
+    loaded in this process. Nothing is imported here: a path that a record names would run
+    whatever its author wrote. (A plain name is only ever looked up among the registered
+    kinds and those the user loaded by path: `kind_class` refuses an unknown one.)"""
+    if ":" not in name or name in _PATHS:
+        return
+    raise EnvError(f"field 'kind': {name!r} is an import path, and a task's kind is never "
+                   "imported (its code would run on loading); expected a registered kind: "
+                   f"{', '.join(repr(k) for k in sorted(known()))} (a plug-in registers one "
+                   f"by the entry-point group {GROUP!r}), or name the import path yourself: "
+                   "--kind on the command line, or the source's `kind` in the run config")
+
+
 def env_for_task(task: Task) -> Environment:
-    """The environment that grades `task` (its `kind`), with default options."""
+    """The environment that grades `task` (its `kind`, checked by `check_task_kind`), with
+    default options."""
+    check_task_kind(task.kind)
     return make_env(task.kind)

@@ -47,7 +47,8 @@ Validate = Callable[[Task], Any]  # raises ValueError naming the field
 
 def validate_by_kind(task: Task) -> Task:
     """The check of the kind that grades the task (`envs`): its payload, a function's entry
-    point; an unknown kind is a bad record too."""
+    point; an unknown kind is a bad record too, and so is a `module:Class` kind, refused
+    without importing it (`envs.registry.check_task_kind`: a file must not run code)."""
     from envs.registry import env_for_task  # noqa: PLC0415 (envs builds on tasks)
 
     return env_for_task(task).validate(task)

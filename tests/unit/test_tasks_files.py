@@ -123,3 +123,57 @@ def test_task_record_from_user_file_without_reference_loads_as_verification_only
              tests=(TestCase(args=(1,), expected=2), TestCase(args=(2,), expected=4)))
     path = save_tasks([t], tmp_path / "u.jsonl")
     assert load_tasks(path)[0].reference is None
+
+
+def _rollforge(*args, pythonpath):
+    """The real CLI, with `pythonpath` importable (where a task file's author put a module)."""
+    env = dict(os.environ, DO_NOT_TRACK="1", PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PYTHONPATH=os.pathsep.join([str(pythonpath), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def _module_that_leaves_a_marker(folder, name, body=""):
+    marker = folder / f"{name}.imported"
+    (folder / f"{name}.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran at import')\n{body}")
+    return marker
+
+
+def test_a_task_files_import_path_kind_is_refused_naming_kind_and_never_imported(tmp_path):
+    # A task file is data from outside: its `kind` names a registered kind, never code to run.
+    marker = _module_that_leaves_a_marker(tmp_path, "evilmod")
+    task = generate_suite(["add"], [1], 1)[0]
+    path = tmp_path / "evil.jsonl"
+    _write_jsonl(path, [task.model_dump(mode="json") | {"kind": "evilmod:X"}])
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": task.task_id, "completion": "    pass\n"}) + "\n")
+
+    checked = _rollforge("tasks", "check", "--file", str(path), "--no-exec", pythonpath=tmp_path)
+    assert checked.returncode == 1  # a bad record, as any other
+    assert f"{path}:1: field 'kind': 'evilmod:X' is an import path" in checked.stderr
+    assert "registered kind" in checked.stderr and "'io'" in checked.stderr
+    evaluated = _rollforge("eval", "--tasks", str(path), "--samples", str(samples),
+                           "--workers", "1", pythonpath=tmp_path)
+    assert evaluated.returncode == 2  # the eval CLI's bad input
+    assert f"{path}:1: field 'kind': 'evilmod:X'" in evaluated.stderr
+    assert not marker.exists(), "loading a task file ran the code its `kind` names"
+    assert not os.path.exists(str(samples) + "_results.jsonl")
+
+
+def test_an_import_path_kind_in_a_file_loads_only_when_the_user_names_it(tmp_path, monkeypatch):
+    marker = _module_that_leaves_a_marker(
+        tmp_path, "userkind", "from envs.functions import FunctionsEnv\n\n"
+        "class Env(FunctionsEnv):\n    name = 'userkind'\n")
+    path = tmp_path / "mine.jsonl"
+    _write_jsonl(path, [t.model_dump(mode="json") | {"kind": "userkind:Env"}
+                        for t in generate_suite(["add"], [1], 2)])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(TaskFileError, match=r"mine.jsonl:1: field 'kind': 'userkind:Env'"):
+        load_tasks(path)
+    assert not marker.exists()
+    # the user's own choice on the command line (or a source's `kind:` in the run config)
+    listed = _rollforge("tasks", "list", "--file", str(path), "--kind", "userkind:Env",
+                        pythonpath=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert len(listed.stdout.splitlines()) == 2 and marker.exists()
