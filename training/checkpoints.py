@@ -1,9 +1,13 @@
 """Policy checkpoints: `<run_dir>/checkpoints/v<N>/` holds a plain Hugging Face model directory
 (`model/`) and the DeepSpeed engine state (`engine/`: optimizer moments, step counters).
 A version appears by an atomic rename of a finished temporary folder, so a crash never leaves a
-half-written checkpoint where a reader would find it."""
+half-written checkpoint where a reader would find it (and one written again replaces the old
+by an atomic exchange: `swap_in`)."""
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import json
 import os
 import shutil
@@ -21,15 +25,50 @@ def staging_dir(run_dir: str, version: int) -> Path:
     return p
 
 
+# renameat2(2)'s flag that swaps two existing paths in one step (Linux 3.15+, glibc 2.28+;
+# ext4, xfs, btrfs, tmpfs and overlayfs have it, NFS does not). Python's os has no renameat2.
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+@functools.lru_cache(maxsize=1)
+def _renameat2():
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not Linux, or a libc without it
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the two existing paths atomically; False where the system or file system cannot."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
 def swap_in(staging: Path, final: Path) -> Path:
-    """Move the finished folder `staging` to `final` by renames, replacing an older copy."""
-    if final.exists():
+    """Move the finished folder `staging` to `final`, replacing an older copy so that a reader
+    of `final` finds the whole old folder or the whole new one, never none: the two are
+    exchanged in one step, then the old copy (now at `staging`) is deleted. Where the file
+    system cannot exchange (NFS), two renames: `final` is missing for the moment between."""
+    if not final.exists():
+        os.rename(staging, final)
+    elif _exchange(staging, final):
+        shutil.rmtree(staging, ignore_errors=True)
+    else:
         trash = final.with_name(f".trash-{final.name}-{uuid.uuid4().hex[:8]}")
         os.rename(final, trash)
         os.rename(staging, final)
         shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.rename(staging, final)
     return final
 
 

@@ -54,3 +54,16 @@ def test_export_refuses_an_unknown_version_or_a_non_empty_target_with_exit_2(run
     (full / "f").write_text("x")
     assert main(["export", str(run), "--out", str(full)]) == 2
     assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "y")]) == 2
+
+
+def test_overwrite_replaces_the_old_export_whole_and_leaves_nothing_beside_it(run, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "stale.txt").write_text("from an older export")
+    assert main(["export", str(run), "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "stale.txt").exists()  # the old folder is gone, not merged into
+    assert (out / "rollforge_export.json").is_file()
+    AutoModelForCausalLM.from_pretrained(str(out))
+    assert [p.name for p in tmp_path.iterdir()] == ["hf"]  # no staging or old copy left
