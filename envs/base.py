@@ -147,6 +147,11 @@ class Environment:
         """Answers that must not solve any task (the quality check runs them)."""
         return {"empty": ""}
 
+    def attacks(self, task: Task) -> list:
+        """The kind's hack suite on `task`: `envs.hacks.Attack`s, each of which must earn nothing
+        and raise a named flag (`rollforge hacks`, envs/hacks.py)."""
+        return []
+
     # -- an episode --------------------------------------------------------------------------
     def reset(self, task: Task) -> tuple[Any, str]:
         """A new episode on `task`: (state, first observation)."""

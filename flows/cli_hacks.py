@@ -1,0 +1,93 @@
+"""`rollforge hacks`: run each kind's hack suite (envs/hacks.py) through its real grader and
+sandbox, and print per kind the attacks tried, how many were credited (must be 0) and flagged."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# Kinds that generate no tasks of their own are attacked on a shipped task file.
+DEFAULT_FILES = {"testfile": "tasks/data/testfile_basics.jsonl"}
+DEFAULT_KINDS = ("io", "humaneval", "testfile", "agent", "ops", "logic", "repo")
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "hacks", help="run the kinds' hack suites: every attack must earn nothing and be flagged",
+        description="Play every attack of each kind's hack suite as an episode through the "
+        "kind's real grader in the sandbox, on a few of its tasks, and print per kind: attacks, "
+        "tried (attack x task), credited (reward > 0 or solved: must be 0), flagged (raised a "
+        "flag the attack names). Exit 0 when every attack was refused, 1 otherwise.")
+    p.add_argument("kinds", nargs="*", metavar="KIND",
+                   help=f"kinds to attack (default: {', '.join(DEFAULT_KINDS)})")
+    p.add_argument("--options", default=None, metavar="JSON",
+                   help="options of the kind (only with one KIND)")
+    p.add_argument("--file", default=None, help="attack the tasks of this task file (one KIND)")
+    p.add_argument("--tasks", type=int, default=2, help="tasks per kind (spread over its list)")
+    p.add_argument("--attack", action="append", default=[], help="only this attack (repeatable)")
+    p.add_argument("--backend", default=None, help="sandbox backend (default: process)")
+    p.add_argument("--json", action="store_true", help="one JSON object per attack and task")
+    p.set_defaults(func=_hacks)
+
+
+def _spread(tasks: list, n: int) -> list:
+    tasks = sorted(tasks, key=lambda t: t.task_id)
+    if n >= len(tasks):
+        return tasks
+    step = len(tasks) / n
+    return [tasks[int(i * step)] for i in range(n)]
+
+
+def _hacks(args) -> int:
+    from envs.base import EnvError, StepContext
+    from envs.hacks import run_suite, summary
+    from envs.registry import make_env
+    from flows.cli import UsageError
+    from rewards.aggregate import RewardConfig
+    from sandbox.config import SandboxConfig
+    from sandbox.registry import make_sandbox
+    from tasks.files import load_tasks
+
+    kinds = args.kinds or list(DEFAULT_KINDS)
+    if (args.options or args.file) and len(kinds) != 1:
+        raise UsageError("--options and --file need exactly one KIND")
+    if args.tasks < 1:
+        raise UsageError(f"--tasks must be at least 1 (got {args.tasks})")
+    try:
+        options = json.loads(args.options) if args.options else {}
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--options is not JSON: {exc}") from None
+    results = []
+    for kind in kinds:
+        try:
+            env = make_env(kind, options)
+            path = args.file or DEFAULT_FILES.get(kind)
+            tasks = load_tasks(path) if path else env.generate()
+        except (EnvError, OSError, ValueError) as exc:
+            raise UsageError(f"kind {kind!r}: {exc}") from None
+        cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}),
+                            site_packages=env.site_packages)
+        sandbox = make_sandbox(cfg)
+        try:
+            ctx = StepContext(sandbox, cfg.limits(), RewardConfig())
+            got = run_suite(env, _spread(tasks, args.tasks), ctx, args.attack)
+        finally:
+            sandbox.close()
+        results += got
+        for r in got:
+            if args.json:
+                print(json.dumps({"kind": r.kind, "attack": r.attack, "task_id": r.task_id,
+                                  "reward": r.reward, "solved": r.solved, "flags": r.flags,
+                                  "expected": r.expected, "refused": r.refused}))
+            elif not r.refused:
+                why = ("infra error" if r.infra_error else "CREDITED" if r.credited
+                       else f"not flagged {'/'.join(r.expected)}")
+                print(f"{why}: {r.kind} {r.attack} on {r.task_id}: reward {r.reward:.3f}, "
+                      f"flags {','.join(r.flags) or '-'}", file=sys.stderr)
+    if not args.json:
+        print(f"{'kind':<10} {'attacks':>7} {'tried':>6} {'credited':>8} {'flagged':>8} "
+              f"{'infra':>6}")
+        for kind, s in summary(results).items():
+            print(f"{kind:<10} {s['attacks']:>7} {s['tried']:>6} {s['credited']:>8} "
+                  f"{s['flagged']:>8} {s['infra']:>6}")
+    return 0 if results and all(r.refused for r in results) else 1
