@@ -45,6 +45,11 @@ class TestFileEnv(SingleTurnEnv):
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"pass": "    pass\n"} if task.entry_point else {"empty": ""}
 
+    def attacks(self, task: Task) -> list:
+        from envs.testfile_hacks import attacks  # noqa: PLC0415 (the suite builds on envs.hacks)
+
+        return attacks(task)
+
     def answer(self, state: Task, text: str) -> str:
         from envs.answers import extract_answer  # noqa: PLC0415
 

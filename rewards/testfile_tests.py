@@ -31,7 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rewards import pyast
+from rewards import plain_compare, pyast
 from rewards.io_tests import Outcome, TestReport, missing_outcome
 from rewards.pytest_reports import RANK, junit_cases, read_summary
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -50,7 +50,8 @@ _FLAG_LINE = re.compile(r"^ROLLFORGE-FLAG (\S+) ([a-z_]{1,40})$", re.M)
 _EXC_NAME = re.compile(r"^E\s+([A-Za-z_][\w.]*)(?::|$)", re.M)
 # Flags after which the report itself cannot be trusted: every test counts as failed.
 _UNTRUSTED = {"forged_report", "collection_mismatch", "exit_code_mismatch", "tests_modified",
-              "pytest_tampering", "builtins_tampering", "early_exit"}
+              "pytest_tampering", "builtins_tampering", "early_exit", "non_plain_result",
+              "introspection", "thread_started", "reads_tests"}
 
 
 class TestFilePayload(BaseModel):
@@ -112,19 +113,23 @@ def _pytest_name(name: str, fmt: str) -> str:
 
 
 def runnable_tests(p: TestFilePayload) -> str:
-    """The test module the sandbox runs (asserts lines become one test function each)."""
+    """The test module the sandbox runs: asserts lines become one test function each, and every
+    value the tests compare is checked to be plain data (rewards/plain_compare.py)."""
     if p.format == "pytest":
-        return p.test_file
+        return plain_compare.rewrite(p.test_file)
     tree = pyast.parse(p.test_file)
-    out = [f"import {p.module} as _rollforge_solution",
-           "globals().update({_k: _v for _k, _v in vars(_rollforge_solution).items()",
-           "                  if not _k.startswith(('__', 'test'))})"]
+    # the answer's public names, except any that would shadow a builtin the assert lines call
+    setup = (f"import builtins as _rollforge_builtins, {p.module} as _rollforge_solution\n"
+             "globals().update({_k: _v for _k, _v in vars(_rollforge_solution).items()\n"
+             "                  if not _k.startswith(('__', 'test'))\n"
+             "                  and _k not in vars(_rollforge_builtins)})\n")
+    out: list[str] = []
     lines = p.test_file.splitlines()
     out += [lines[n.lineno - 1].strip() for n in tree.body if not isinstance(n, ast.Assert)]
     for n in tree.body:
         if isinstance(n, ast.Assert):
             out += [f"def test_line_{n.lineno}():", "    " + lines[n.lineno - 1].strip()]
-    return "\n".join(out) + "\n"
+    return plain_compare.rewrite("\n".join(out) + "\n", setup)
 
 
 def payload_problems(task: Task) -> list[str]:
@@ -232,7 +237,9 @@ def run_test_file(task: Task, answer: str, sandbox: Sandbox, limits: Limits,
     junit, summary = f"report-{token}.xml", f".summary-{token}.json"
     tests = runnable_tests(p)
     config = {"nonce": token, "per_test": per_test_timeout_s, "summary": summary,
-              "protected": [_TEST_FILE, _CONFTEST, _INI], "writable": [junit, summary]}
+              "protected": [_TEST_FILE, _CONFTEST, _INI], "writable": [junit, summary],
+              "tests": [_TEST_FILE, _CONFTEST, _INI], "candidate": [f"{p.module}.py"],
+              "preimport": p.module, "plain": True}
     plugin = _PLUGIN.replace("@@CONFIG@@", repr(config))
     files = {f"{p.module}.py": source, _TEST_FILE: tests, _CONFTEST: plugin, _INI: _INI_SOURCE}
     targets = ([f"{_TEST_FILE}::{_pytest_name(t, p.format)}" for t in p.tests_expected]

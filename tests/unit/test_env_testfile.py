@@ -174,7 +174,7 @@ RUNTIME = {"skip_at_import": "skipped_test", "os_exit_at_import": "early_exit",
            "sys_exit_during_collection": "exit_called", "patch_pytest_reports": "pytest_tampering",
            "patch_callinfo_obfuscated": "pytest_tampering",
            "fake_junit_at_import": "forged_report", "fake_junit_at_exit": "forged_report",
-           "fake_junit_from_a_thread": "forged_report", "delete_the_test_file": "tests_modified",
+           "fake_junit_from_a_thread": "thread_started", "delete_the_test_file": "tests_modified",
            "overwrite_the_test_file": "tests_modified", "spawn_a_process": "process_control"}
 
 

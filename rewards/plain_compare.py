@@ -1,0 +1,80 @@
+"""Tests that compare plain values only: a rewrite of a test module's source.
+
+A test that runs in the candidate's process and says `assert f(x) == y` lets the candidate
+decide the comparison: `f` can return an object whose `__eq__` always says yes (built with
+`type(...)`, no `class` statement needed), and every such test passes. The rewrite passes every
+operand of a value comparison (`==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `not in`), and the
+value an `assert` tests for truth, through a checker that lets through only plain data (None,
+bool, numbers, str, bytes, and lists, tuples, sets, dicts of them, subclasses that decide
+nothing themselves such as namedtuples), and otherwise fails the test with the flag
+`non_plain_result`. `pytest.approx(x)` stays the test's own object; its `x` is checked.
+Identity tests (`is`, `is not`) are left alone: no method of the operand decides them.
+
+The checker is the grader plugin's (rewards/testfile_plugin.py), imported by a first line the
+rewrite adds from a module that exists only while the tests are collected; the plugin checks
+before and after every test that the test module still holds it and is otherwise as collected.
+"""
+from __future__ import annotations
+
+import ast
+
+CHECKER = "__rollforge_plain__"
+PRELUDE = f"from _rollforge_plain import check as {CHECKER}\n"
+_VALUE_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
+
+
+def _call(node: ast.expr) -> ast.expr:
+    return ast.Call(ast.Name(CHECKER, ast.Load()), [node], [])
+
+
+def _is_approx(node: ast.expr) -> bool:
+    f = node.func if isinstance(node, ast.Call) else None
+    return (isinstance(f, ast.Name) and f.id == "approx") or (
+        isinstance(f, ast.Attribute) and f.attr == "approx")
+
+
+class _Rewrite(ast.NodeTransformer):
+    def _operand(self, node: ast.expr) -> ast.expr:
+        if _is_approx(node) and node.args:
+            node.args[0] = _call(node.args[0])
+            return node
+        return _call(node)
+
+    def visit_Compare(self, node: ast.Compare) -> ast.expr:
+        self.generic_visit(node)
+        if not any(isinstance(op, _VALUE_OPS) for op in node.ops):
+            return node
+        node.left = self._operand(node.left)
+        node.comparators = [self._operand(c) for c in node.comparators]
+        return node
+
+    def _truth(self, node: ast.expr) -> ast.expr:
+        if isinstance(node, ast.BoolOp):
+            node.values = [self._truth(v) for v in node.values]
+            return node
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            node.operand = self._truth(node.operand)
+            return node
+        if isinstance(node, ast.Compare) or isinstance(node, ast.Constant):
+            return node  # a comparison's own result is a bool of the operands' deciding
+        return _call(node)
+
+    def visit_Assert(self, node: ast.Assert) -> ast.stmt:
+        self.generic_visit(node)
+        node.test = self._truth(node.test)
+        return node
+
+
+def rewrite(source: str, setup: str = "") -> str:
+    """The test module with every value comparison's operands checked to be plain data;
+    `setup` (the grader's own lines) runs first, as it is."""
+    tree = _Rewrite().visit(ast.parse(source))
+    ast.fix_missing_locations(tree)
+    body = ast.unparse(tree)
+    # `from __future__` must stay first
+    futures = [n for n in tree.body if isinstance(n, ast.ImportFrom) and n.module == "__future__"]
+    head = "".join(ast.unparse(n) + "\n" for n in futures)
+    if futures:
+        tree.body = [n for n in tree.body if n not in futures]
+        body = ast.unparse(tree)
+    return head + PRELUDE + setup + body + "\n"
