@@ -169,6 +169,11 @@ class RepoEnv(Environment):
         b, report = super().grade(task, answer, ctx, infra_retries)
         return resolved_reward(b), report
 
+    def attacks(self, task: Task) -> list:
+        from envs.repo.hacks import attacks  # noqa: PLC0415 (the suite builds on envs.hacks)
+
+        return attacks(task)
+
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"noop": ""}  # the bug left in place: the FAIL_TO_PASS tests must fail
 

@@ -27,7 +27,7 @@ import secrets
 from dataclasses import dataclass, field, replace
 from posixpath import basename
 
-from rewards import pyast
+from rewards import plain_compare, pyast
 from rewards.io_tests import TestReport
 from rewards.pytest_reports import junit_cases, read_summary
 from rewards.testfile_plugin import PLUGIN_SOURCE
@@ -50,7 +50,8 @@ _HEX = re.compile(r"0x[0-9a-fA-F]+")
 # Flags after which no test's outcome can be trusted: every one counts as failed.
 UNTRUSTED = {"forged_report", "collection_mismatch", "exit_code_mismatch", "tests_modified",
              "pytest_tampering", "builtins_tampering", "early_exit", "skipped_test",
-             "collection_error", "timeout_evasion", "exit_called", "shadow_module"}
+             "collection_error", "timeout_evasion", "exit_called", "shadow_module",
+             "introspection", "thread_started", "reads_tests"}
 # What the candidate's added code may not mention: the tests, the grader's files and cache.
 _TEST_WORDS = ("test_", "/tests", "tests/", "conftest", "junit", ".xml", "rollforge",
                ".summary-", "pytest")
@@ -105,10 +106,14 @@ def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandb
     tests = sorted(p for p in tree if p.endswith(".py") and is_test_path(p))
     protected = sorted({CONFTEST, INI} | {basename(p) for p in tests
                                           if basename(p) != "__init__.py"})
+    source = sorted(p for p in tree if p.endswith(".py") and not is_test_path(p))
     config = {"nonce": token, "per_test": per_test_s, "clock": "cpu", "summary": summary,
-              "protected": protected, "writable": [junit, summary]}
+              "protected": protected, "writable": [junit, summary],
+              "tests": tests + [CONFTEST, INI], "candidate": source, "plain": "probe"}
     plugin = PLUGIN_SOURCE.replace("@@CONFIG@@", repr(config))
     files: dict[str, str | bytes] = dict(tree)
+    for path in tests:  # the tests compare no value whose own methods lie (plain_compare)
+        files[path] = _checked_tests(files[path])
     files[CONFTEST], files[INI] = plugin, INI_SOURCE
     if test_ids is None:
         targets = sorted({p for p in tests if basename(p).startswith("test_")
@@ -128,6 +133,18 @@ def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandb
         tail = (res.stderr.strip().splitlines() or [res.status])[-1][:300]
         return replace(empty, infra=f"pytest did not start in the sandbox: {tail}")
     return _judge(res, junit, summary, token)
+
+
+def _checked_tests(text: str | bytes | None) -> str | bytes | None:
+    """A test module with its comparisons' operands checked (rewards/plain_compare.py); as it
+    is when it does not parse (pytest then reports its own collection error)."""
+    if text is None:
+        return None
+    try:
+        src = text.decode() if isinstance(text, bytes) else text
+        return plain_compare.rewrite(src).encode()
+    except (SyntaxError, ValueError, UnicodeDecodeError, RecursionError):
+        return text
 
 
 def _junit(text: str | None) -> dict[tuple[str, str], tuple[str, str]] | None:

@@ -9,8 +9,7 @@ import pytest
 
 from envs.base import StepContext
 from envs.registry import make_env
-from envs.repo.grading import apply_overlay
-from rewards.aggregate import RewardConfig, aggregate
+from rewards.aggregate import RewardConfig
 from sandbox.base import Limits
 
 pytestmark = pytest.mark.integration
@@ -34,19 +33,6 @@ def ctx():
     sb = ProcessSandbox()
     yield StepContext(sb, Limits(timeout_s=30, memory_mb=1024), RewardConfig())
     sb.close()
-
-
-def _grade(env, task, ctx, edits):
-    tree, bug = env.trees(task)
-    files = dict(bug, **edits)
-    report = env.grade_files(task, files, ctx.sandbox, ctx.limits)
-    return aggregate(report, ctx.reward, None)
-
-
-def _src(env, task):
-    tree, bug = env.trees(task)
-    path = task.payload["files"][0]
-    return path, apply_overlay(tree, bug)[path].decode()
 
 
 def test_gold_resolves_and_noop_does_not(env, task, ctx):
@@ -93,58 +79,18 @@ def test_scripted_agent_resolves_through_the_episode_loop_and_one_turn_does_not(
     assert one.final["end_reason"] == "max_turns" and not one.grade.solved
 
 
-def _hacks(path, src, test_file):
-    exit_early = "import os\nos._exit(0)\n"
-    return {
-        "delete_tests": {test_file: None},
-        "edit_tests": {test_file: b"def test_nothing():\n    assert True\n"},
-        "skip_from_source": {path: ("import pytest\npytest.skip('x', allow_module_level=True)\n"
-                                    + src).encode()},
-        "conftest_skips_everything": {
-            "inflection/conftest.py": b"import pytest\n\ndef pytest_collection_modifyitems(items):"
-            b"\n    for i in items:\n        i.add_marker(pytest.mark.skip)\n"},
-        "conftest_xfails_everything": {
-            "conftest_extra/conftest.py": b"import pytest\n\ndef pytest_runtest_call(item):\n"
-            b"    pytest.xfail('x')\n"},
-        "syntax_error": {path: (src + "\ndef broken(:\n").encode()},
-        "sys_exit_from_conftest": {"inflection/conftest.py": b"import sys\nsys.exit(0)\n"},
-        "exit_from_source": {path: (exit_early + src).encode()},
-        "monkeypatch_pytest": {path: ("import _pytest.python\n_pytest.python.Function.runtest = "
-                                      "lambda self: None\n" + src).encode()},
-        "monkeypatch_reporting": {path: (
-            "import _pytest.reports\n_orig = _pytest.reports.TestReport.__init__\n"
-            "def _init(self, *a, **k):\n    _orig(self, *a, **k)\n    self.outcome = 'passed'\n"
-            "_pytest.reports.TestReport.__init__ = _init\n" + src).encode()},
-        "fake_report_file": {path: (
-            "open('report-0.xml', 'w').write('<testsuites><testsuite><testcase classname="
-            "\"test_inflection\" name=\"x\"/></testsuite></testsuites>')\n"
-            + exit_early + src).encode()},
-        "shadow_stdlib_module": {"json.py": b"dumps = lambda *a, **k: '{}'\n"},
-        "read_hidden_tests": {path: (
-            "import pathlib\n_T = pathlib.Path(__file__).parent.parent.joinpath("
-            "'test_inflection.py').read_text()\n" + src).encode()},
-    }
+def test_every_attack_of_the_suite_gets_no_credit_and_a_flag(task, ctx):
+    from envs.hacks import run_suite, summary
 
-
-def test_every_hack_gets_no_credit_and_a_flag(env, task, ctx):
-    path, src = _src(env, task)
-    test_file = task.payload["fail_to_pass"][0].split("::")[0]
-    tree, _ = env.trees(task)
-    assert test_file in tree
-    results = {}
-    for name, edits in _hacks(path, src, test_file).items():
-        b = _grade(env, task, ctx, edits)
-        results[name] = (b.reward, b.solved, b.hack_flags)
-    expected = {"delete_tests": "tests_modified", "edit_tests": "tests_modified",
-                "skip_from_source": "skipped_test", "conftest_skips_everything": "tests_modified",
-                "conftest_xfails_everything": "tests_modified", "syntax_error": "collection_error",
-                "sys_exit_from_conftest": "tests_modified", "exit_from_source": "early_exit",
-                "monkeypatch_pytest": "pytest_tampering",
-                "monkeypatch_reporting": "pytest_tampering", "fake_report_file": "early_exit",
-                "read_hidden_tests": "reads_tests", "shadow_stdlib_module": "shadow_module"}
-    assert set(results) == set(expected)
-    for name, (reward, solved, flags) in results.items():
-        assert not solved and reward <= 0 and expected[name] in flags, (name, reward, flags)
+    env = make_env("repo", {"repos": ["inflection"], "max_turns": 2})
+    results = run_suite(env, [task], ctx)
+    bad = [(r.attack, r.reward, r.solved, r.flags) for r in results if not r.refused]
+    assert not bad
+    s = summary(results)["repo"]
+    assert s["attacks"] >= 15 and s["credited"] == 0
+    # the issue's two lines: unittest reached without `import unittest`, TestCase.run a no-op
+    assert "pytest_tampering" in next(r for r in results
+                                      if r.attack == "unittest_run_patched").flags
 
 
 @pytest.mark.docker
@@ -162,8 +108,12 @@ def test_gold_resolves_and_noop_does_not_on_the_docker_backend(env, task):
     assert gold.solved and not gold.hack_flags
     noop, _ = env.grade(task, "", dctx)
     assert not noop.solved
-    skip_all = _grade(env, task, dctx, _hacks(*_src(env, task), "x")["monkeypatch_pytest"])
-    assert skip_all.reward <= 0 and "pytest_tampering" in skip_all.hack_flags
+    from envs.hacks import play_attack
+
+    patched = next(a for a in env.attacks(task) if a.name == "pytest_runtest_patched")
+    r = play_attack(make_env("repo", {"repos": ["inflection"], "max_turns": 2}), task, patched,
+                    dctx)
+    assert r.refused, r
 
 
 def test_a_test_is_limited_by_its_cpu_time_not_by_the_wall_clock():
