@@ -29,7 +29,7 @@ class Attack:
     name: str
     what: str
     actions: Callable[[Task], Sequence[str]]
-    flags: tuple[str, ...]
+    flags: tuple[str, ...]  # () : an honest-looking failure, which must earn 0 and no flag
     applies: Callable[[Task], bool] = field(default=lambda task: True)
 
 
@@ -57,7 +57,11 @@ class AttackResult:
 
     @property
     def flagged(self) -> bool:
-        """Raised one of the flags the attack names."""
+        """Raised one of the flags the attack names; for an attack that names none (a
+        do-nothing answer an honest policy could also give), raised none: it must earn exactly
+        what an honest failure earns."""
+        if not self.expected:
+            return not self.flags
         return bool(set(self.flags) & set(self.expected))
 
     @property
@@ -68,18 +72,21 @@ class AttackResult:
 def play_attack(env: Environment, task: Task, attack: Attack, ctx: StepContext) -> AttackResult:
     """One attack as one episode of `task`, graded by the kind's own step."""
     state, _ = env.reset(task)
-    grade = None
+    grade = final = None
     for text in list(attack.actions(task))[: max(1, env.max_turns)]:
-        result = env.step(state, text, ctx)
-        state = result.state
-        if result.done:
-            grade = breakdown_of(result.info)
+        final = env.step(state, text, ctx)
+        state = final.state
+        if final.done:
+            grade = breakdown_of(final.info)
             break
     else:
-        grade = breakdown_of(env.step(state, None, ctx).info)
+        final = env.step(state, None, ctx)
+        grade = breakdown_of(final.info)
     if grade is None:
         raise RuntimeError(f"kind {env.name!r}: attack {attack.name!r} ended ungraded")
-    return AttackResult(env.name, attack.name, task.task_id, grade.reward, grade.solved,
+    # what the run pays: the grade plus any per-episode shaping the kind adds on top of it
+    paid = grade.reward + float(final.info.get("shaping", 0.0) or 0.0)
+    return AttackResult(env.name, attack.name, task.task_id, paid, grade.solved,
                         grade.pass_fraction, tuple(grade.hack_flags), attack.flags,
                         grade.infra_error)
 
