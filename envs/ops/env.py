@@ -7,7 +7,8 @@ process of that run is dead the tree is read back. The script then runs a second
 result (idempotence: the same state again). Configs are parsed by a fresh sandbox execution
 (`probes.CHECK_SOURCE`), rollback scripts run on a copy of the final system, and the probes
 (`payload.probes`) are evaluated in the grader over the copies: one named outcome each, plus
-`idempotent`.
+`idempotent`, which passes only when every probe did. A hack flag (envs/ops/integrity.py) from
+any run of the candidate's code or from the state fails every outcome.
 """
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.base import SingleTurnEnv, known_names
 from envs.ops.families import FAMILIES
+from envs.ops.hacks import ATTACKS, NO_CREDIT
+from envs.ops.integrity import bomb_flags, run_flags, state_flags
+from envs.ops.probes import (CHECK_SOURCE, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed, same_node,
+                             verdicts, wanted_parses)
 from envs.sources import split_of
-from envs.ops.probes import (CHECK_SOURCE, CHECKS, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed,
-                             redirected, same_node, wanted_parses)
-from rewards.io_tests import Outcome, TestReport
+from rewards.io_tests import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
-from sandbox.rootfs import (System, check_tree_path, escaping_links, host_support, node_of,
-                            same_state, unavailable)
+from sandbox.rootfs import (System, check_tree_path, host_support, node_of, same_state,
+                            unavailable)
 from tasks.record import Task
 
 PARSER = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python"  # has PyYAML
@@ -149,7 +152,8 @@ class OpsEnv(SingleTurnEnv):
     trivial_earn_nothing = True  # the task check runs every cheat: none may earn anything
 
     def trivial_answers(self, task: Task) -> dict[str, str]:
-        """The empty script and the cheats (envs/ops/README.md): none may earn anything."""
+        """The empty script, scripts that change nothing asked and the cheats
+        (envs/ops/README.md): none may earn anything."""
         ref = task.reference or ""
         probed = [path for p in task.payload["probes"] if p["type"] not in ("link", "absent")
                   for path in ([p["path"]] if "path" in p else p.get("paths", []))]
@@ -164,7 +168,16 @@ class OpsEnv(SingleTurnEnv):
             "symlink_probe": ref + f"\nmv /{target} /root/.shadow && ln -s /root/.shadow "
                                    f"/{target}\n",
             "symlink_escape": ref + f"\nrm -rf /{target} && ln -s /usr/lib/os-release /{target}\n",
+            # issue 34: an idempotent change nobody asked for; one that leaves `absent` true
+            "unrelated_change": "mkdir -p /root/x\n",
+            "wipe": "rm -rf /etc/* /srv/* /var/* /home/* /opt/* /root/* /mnt/* /data/*\n",
         }
+
+    def attacks(self, task: Task) -> list:
+        """The hack suite (envs/ops/hacks.py): each attack must earn nothing and be flagged;
+        the do-nothing scripts must earn nothing and raise no flag (an honest failure can
+        leave the same state)."""
+        return list(ATTACKS) + list(NO_CREDIT)
 
     # -- grading -----------------------------------------------------------------------------
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
@@ -180,6 +193,10 @@ class OpsEnv(SingleTurnEnv):
             return TestReport(("missing",) * n, (), "infra_error", res, load_error=why,
                               test_names=names)
 
+        def flagged(flags: list[str]) -> TestReport:  # no credit, whatever the probes say
+            return TestReport(("failed",) * n, (), res.status, res, tuple(dict.fromkeys(flags)),
+                              test_names=names)
+
         why = unavailable(host)
         if why:
             return infra(why)
@@ -193,58 +210,53 @@ class OpsEnv(SingleTurnEnv):
             if first.exec.infra_error:
                 return infra(first.exec.error or "system run", first.exec)
             res = first.exec
+            final = system.snapshot()
+            # before anything compares or parses the state, which may be built to mislead
+            # that; a script that then runs out the clock is no exception
+            flags = run_flags(first) + (state_flags(p.probes, final, tree0) if final is not None
+                                        else [])
+            if flags:
+                return flagged(flags)
             if res.status == "timeout":
                 return TestReport(("timeout",) * n, ("Timeout",) * n, "timeout", res,
                                   test_names=names)
-            final = system.snapshot()
             if final is None:
                 return TestReport(("failed",) * n, (), res.status, res, test_names=names,
                                   load_error="StateTooLarge: the system grew past the caps")
-            flags = []
-            if first.forged:
-                flags.append("forged_end_line")
-            if first.tampered:
-                flags.append("checker_killed")
-            if first.survivors:
-                flags.append("background_process")
-            if escaping_links(final):
-                flags.append("symlink_escape")
-            if any(redirected(q, final, tree0) for q in p.probes):
-                flags.append("symlink_probe")
             second = system.run(script, limits)
             if second.exec.infra_error:
                 return infra(second.exec.error or "system run", second.exec)
             again = system.snapshot()
         finally:
             system.close()
-        idempotent = (second.survivors == 0 and again is not None and not second.forged
-                      and not same_state(final, again) and bool(same_state(tree0, final)))
+        flags = run_flags(second) + (bomb_flags(again) if again is not None else [])
+        if flags:  # the rerun is the candidate's code too
+            return flagged(flags)
         rolled = {}
         for q in p.probes:
             if q["type"] == "rollback":
-                ok = self._rollback(host, final, tree0, q, limits)
-                if ok is None:
+                got = self._rollback(host, final, tree0, q, limits)
+                if got is None:
                     return infra("rollback run")
-                rolled[q["name"]] = ok
+                rolled[q["name"]], flags = got
+                if flags:
+                    return flagged(flags)
         parsed = self._parse(p.probes, final, tree0, sandbox, limits)
         if parsed is None:
             return infra("config checker run")
-        outcomes: list[Outcome] = []
-        verdicts: dict[str, bool] = {}
-        for q in p.probes:
-            ok = all(verdicts.get(r, False) for r in q.get("requires", ())) and (
-                rolled[q["name"]] if q["type"] == "rollback"
-                else CHECKS[q["type"]](q, final, tree0, parsed))
-            verdicts[q["name"]] = ok
-            outcomes.append("passed" if ok else "failed")
-        outcomes.append("passed" if idempotent else "failed")
-        if flags:  # no credit, whatever the probes said
-            outcomes = ["failed"] * n
-        return TestReport(tuple(outcomes), (), res.status, res, tuple(flags), test_names=names)
+        ok = verdicts(p.probes, final, tree0, parsed, rolled)
+        # idempotence of the task's own change (issue 34): an unrelated idempotent change, or
+        # none, is not "running it twice leaves the same state" of anything that was asked
+        idempotent = (all(ok.values()) and second.survivors == 0 and again is not None
+                      and not same_state(final, again) and bool(same_state(tree0, final)))
+        outcomes = tuple("passed" if x else "failed" for x in [*ok.values(), idempotent])
+        return TestReport(outcomes, (), res.status, res, (), test_names=names)
 
     @staticmethod
-    def _rollback(host, final, tree0, q: dict, limits: Limits) -> bool | None:
-        """Run the rollback script on a copy of the final system; None: the host failed."""
+    def _rollback(host, final, tree0, q: dict, limits: Limits
+                  ) -> tuple[bool, list[str]] | None:
+        """Run the rollback script on a copy of the final system: (paths back as they were, the
+        run's flags); None: the host failed."""
         try:
             system = System.make(host, final)
         except OSError:
@@ -256,9 +268,11 @@ class OpsEnv(SingleTurnEnv):
             after = system.snapshot()
         finally:
             system.close()
-        if after is None or run.survivors != 0 or run.forged:
-            return False
-        return all(same_node(after.get(x), tree0.get(x), after, tree0, x) for x in q["paths"])
+        flags = run_flags(run) + (bomb_flags(after, q["paths"]) if after is not None else [])
+        if after is None or flags or run.survivors != 0:
+            return False, flags
+        return all(same_node(after.get(x), tree0.get(x), after, tree0, x)
+                   for x in q["paths"]), []
 
     @staticmethod
     def _parse(probes, final, tree0, sandbox: Sandbox, limits: Limits) -> Parsed | None:

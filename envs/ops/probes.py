@@ -7,9 +7,13 @@ after every process of the run is gone; they never follow a link out of it. Pars
 candidate wrote (ini, JSON, YAML, crontab lines, passwd/group files) happens in a fresh sandbox
 execution (`CHECK_SOURCE`, the system's python3 with its own parsers), never in the grader.
 
-`requires` names probes that must pass first: a probe that only says "nothing else changed"
-(`unchanged`, `same_except`) would pass on the untouched system, so it is gated on the change
-itself. Kinds of probe (their arguments):
+`requires` names probes that must pass first. On top of it, `verdicts` gates by what each probe
+says (issue 34): a probe that the untouched system or a wiped one already passes ("nothing else
+changed", "valid", "gone", a rollback that brings back what was) tells nothing about the change,
+so it passes only when every probe that neither passes did; with no such probe, only all of
+them together pass. `idempotent` (envs/ops/env.py) passes only when every probe passed.
+Line probes and the cron, passwd and group parsers split lines at newlines only, as their real
+readers do. Kinds of probe (their arguments):
 
 | type | passes when |
 |---|---|
@@ -34,6 +38,7 @@ import json
 import tarfile
 from typing import Any, Callable, Mapping
 
+from envs.ops.integrity import expands_past
 from sandbox.rootfs import Node, canonical, resolve
 
 FORMATS = ("ini", "json", "yaml", "cron", "passwd", "group")
@@ -60,7 +65,7 @@ _ITEM = re.compile(r"(\*|\d+(-\d+)?)(/\d+)?$")
 
 def cron(text):
     out = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         s = line.strip()
         if not s or s.startswith("#") or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", s):
             continue
@@ -79,7 +84,7 @@ def cron(text):
     return out
 
 def passwd(text):
-    recs = [l.split(":") for l in text.splitlines() if l.strip()]
+    recs = [l.split(":") for l in text.split("\n") if l.strip()]
     if any(len(r) != 7 or not r[0] or not r[2].isdigit() or not r[3].isdigit() for r in recs):
         raise ValueError("record")
     if len({r[0] for r in recs}) < len(recs) or len({r[2] for r in recs}) < len(recs):
@@ -87,7 +92,7 @@ def passwd(text):
     return recs
 
 def group(text):
-    recs = [l.split(":") for l in text.splitlines() if l.strip()]
+    recs = [l.split(":") for l in text.split("\n") if l.strip()]
     if any(len(r) != 4 or not r[0] or not r[2].isdigit() for r in recs):
         raise ValueError("record")
     if len({r[0] for r in recs}) < len(recs) or len({r[2] for r in recs}) < len(recs):
@@ -96,9 +101,13 @@ def group(text):
 
 P = {"ini": ini, "json": json.loads, "yaml": yaml_, "cron": cron, "passwd": passwd,
      "group": group}
+LINES = ("cron", "passwd", "group")  # read as their readers do: a line ends at a newline
 for i, (name, fmt) in enumerate(json.load(open("case.json"))):
     try:
-        data = P[fmt](open(name, encoding="utf-8").read())
+        text = open(name, encoding="utf-8", newline="").read()
+        if fmt not in LINES:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        data = P[fmt](text)
         json.dumps(data)
         rec = {"i": i, "ok": True, "data": data}
     except Exception as exc:
@@ -117,15 +126,21 @@ class Parsed:
     def get(self, state: str, path: str, fmt: str) -> tuple[bool, Any]:
         return self.values.get((state, path, fmt), (False, None))
 
+    def untouched(self) -> "Parsed":
+        """The parses as they would be had the script changed nothing: final = initial."""
+        initial = {(path, fmt): v for (state, path, fmt), v in self.values.items()
+                   if state == "initial"}
+        return Parsed({(state, path, fmt): v for (path, fmt), v in initial.items()
+                       for state in ("final", "initial")})
+
 
 def wanted_parses(probes: list[dict]) -> list[tuple[str, str, str]]:
-    """(state, path, format) every probe needs parsed."""
+    """(state, path, format) every probe needs parsed: the final file, and the initial one
+    (`same_except` compares with it; `verdicts` asks whether the untouched system passes)."""
     out: list[tuple[str, str, str]] = []
     for p in probes:
         if p["type"] in ("valid", "value", "contains", "same_except"):
-            out.append(("final", p["path"], p["format"]))
-        if p["type"] == "same_except":
-            out.append(("initial", p["path"], p["format"]))
+            out += [("final", p["path"], p["format"]), ("initial", p["path"], p["format"])]
     return list(dict.fromkeys(out))
 
 
@@ -152,7 +167,8 @@ def _drop(data: Any, keys: list) -> Any:
 
 
 def _lines(node: Node) -> list[str]:
-    return node.data.decode("utf-8", "replace").splitlines()
+    # newlines only: str.splitlines also breaks at \v, \f, \x85... where cron reads one line
+    return node.data.decode("utf-8", "replace").split("\n")
 
 
 def _file(p: dict, final: Mapping[str, Node], initial, parsed) -> bool:
@@ -221,7 +237,7 @@ def _unchanged(p, final, initial, parsed) -> bool:
 
 def _gzip(p, final, initial, parsed) -> bool:
     n = final.get(p["path"])
-    if n is None or n.kind != "file" or n.data[:2] != b"\x1f\x8b":
+    if n is None or n.kind != "file" or n.data[:2] != b"\x1f\x8b" or expands_past(n.data):
         return False
     try:
         return gzip.decompress(n.data) == p["content"].encode()
@@ -231,7 +247,7 @@ def _gzip(p, final, initial, parsed) -> bool:
 
 def _archive(p, final, initial, parsed) -> bool:
     n = final.get(p["path"])
-    if n is None or n.kind != "file":
+    if n is None or n.kind != "file" or expands_past(n.data):
         return False
     try:
         with tarfile.open(fileobj=io.BytesIO(n.data), mode="r:*") as tf:
@@ -253,17 +269,29 @@ CHECKS: dict[str, Callable[..., bool]] = {
 }
 
 
-def redirected(p: dict, final: Mapping[str, Node], initial: Mapping[str, Node]) -> bool:
-    """A path the probe reads is, or passes through, a symlink that was not one before: the
-    script pointed the probe elsewhere (e.g. `ln -s /root/forged /etc/app/app.ini`). A link
-    probe's own last component is meant to be a link."""
-    paths = [p["path"]] if "path" in p else list(p.get("paths", []))
-    for path in paths:
-        parts = path.split("/")
-        upto = len(parts) - 1 if p["type"] == "link" else len(parts)
-        for i in range(1, upto + 1):
-            prefix = "/".join(parts[:i])
-            now, before = final.get(prefix), initial.get(prefix)
-            if now is not None and now.kind == "link" and (before is None or before.kind != "link"):
-                return True
-    return False
+def verdicts(probes: list[dict], final: Mapping[str, Node], initial: Mapping[str, Node],
+             parsed: Parsed, rolled: Mapping[str, bool] | None = None) -> dict[str, bool]:
+    """Each probe's verdict on the final state (`rolled`: the rollback probes' runs). A probe
+    passes when its `requires` passed and its check holds. One that also holds on the untouched
+    or on the wiped system (`weak_probes`) says nothing about the change, so it passes only if
+    every probe that holds on neither passed too (with no such probe: only if all pass)."""
+    rolled = rolled or {}
+    raw: dict[str, bool] = {}
+    for q in probes:
+        raw[q["name"]] = all(raw.get(r, False) for r in q.get("requires", ())) and (
+            rolled.get(q["name"], False) if q["type"] == "rollback"
+            else CHECKS[q["type"]](q, final, initial, parsed))
+    weak = weak_probes(probes, initial, parsed)
+    strong = [name for name in raw if name not in weak]
+    proven = all(raw[name] for name in strong) if strong else all(raw.values())
+    return {name: ok and (name not in weak or proven) for name, ok in raw.items()}
+
+
+def weak_probes(probes: list[dict], initial: Mapping[str, Node], parsed: Parsed) -> set[str]:
+    """Names of the probes a script passes without the change: on the system as it was (the
+    empty script) or on one with every path gone (`rm -rf`). A rollback probe is one by
+    nature: on an unchanged system any script 'brings back' what was."""
+    untouched, none = parsed.untouched(), Parsed({})
+    return {q["name"] for q in probes if q["type"] == "rollback"
+            or CHECKS[q["type"]](q, initial, initial, untouched)
+            or CHECKS[q["type"]](q, {}, initial, none)}

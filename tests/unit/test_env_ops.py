@@ -2,17 +2,27 @@
 empty script earns nothing, each cheat scores no credit with its flag, idempotence is a probe."""
 from __future__ import annotations
 
+import base64
+import bz2
+import gzip
+import io
+import lzma
+import os
 import pickle
 import re
 import subprocess
 import sys
+import tarfile
 import time
+import zlib
 
 import pytest
 
 from envs.base import StepContext
 from envs.ops.env import OpsEnv
 from envs.ops.families import FAMILIES
+from envs.ops.integrity import expands_past, state_flags
+from envs.ops.probes import CHECKS, Parsed, verdicts
 from envs.registry import make_env
 from rewards.aggregate import RewardConfig
 from sandbox.base import Limits
@@ -141,3 +151,74 @@ def test_tasks_check_on_the_ops_kind_exits_0():
                           '"tasks_per_family": 1}'], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "2 tasks: 2 ok, 0 with problems" in out.stdout
+
+
+# -- issue 34: outcomes a script earns without the change, and grader-side tampering --------
+
+def _node(content: str, mode: int = 0o644):
+    return node_of({"content": content, "mode": mode})
+
+
+def test_probes_that_hold_untouched_or_wiped_pay_only_alongside_the_change():
+    """`absent` holds on a wiped system and `unchanged` on the untouched one: neither says the
+    task was done, so each pays only when the probes that do say it (here `made`) passed."""
+    tree0 = {"etc/b": _node("b\n"), "etc/c": _node("c\n")}
+    probes = [{"name": "made", "type": "file", "path": "etc/a", "content": "a\n"},
+              {"name": "gone", "type": "absent", "path": "etc/b"},
+              {"name": "kept", "type": "unchanged", "paths": ["etc/c"]}]
+    wiped_but_c = {"etc/c": _node("c\n")}
+    done = {"etc/a": _node("a\n"), "etc/c": _node("c\n")}
+    assert verdicts(probes, wiped_but_c, tree0, Parsed({})) == {
+        "made": False, "gone": False, "kept": False}
+    assert verdicts(probes, done, tree0, Parsed({})) == {"made": True, "gone": True, "kept": True}
+    # no probe tells the change apart on its own: only all of them together pay
+    assert verdicts(probes[1:], wiped_but_c, tree0, Parsed({})) == {"gone": True, "kept": True}
+    assert verdicts(probes[1:], {}, tree0, Parsed({})) == {"gone": False, "kept": False}
+    assert verdicts(probes[1:], tree0, tree0, Parsed({})) == {"gone": False, "kept": False}
+
+
+def test_a_line_hidden_behind_a_vertical_tab_is_no_line_and_is_flagged():
+    """cron and the passwd readers split lines at newlines only; str.splitlines also splits at
+    \\v, \\f, \\x1c-\\x1e, \\x85, \\u2028: a job behind one in a comment never runs."""
+    job = "*/5 * * * * app /opt/app/bin/sync.sh"
+    probes = [{"name": "job", "type": "file", "path": "etc/cron.d/app", "lines": [job]}]
+    tree0 = {"etc/cron.d/app": _node("# app jobs\n")}
+    hidden = {"etc/cron.d/app": _node(f"# app jobs\v{job}\n")}
+    plain = {"etc/cron.d/app": _node(f"# app jobs\n{job}\n")}
+    assert not CHECKS["file"](probes[0], hidden, tree0, Parsed({}))
+    assert state_flags(probes, hidden, tree0) == ["disguised_line"]
+    assert CHECKS["file"](probes[0], plain, tree0, Parsed({})) and not state_flags(
+        probes, plain, tree0)
+
+
+def test_a_planted_ld_so_preload_is_flagged():
+    tree0 = {"etc/app.ini": _node("[a]\n")}
+    final = dict(tree0, **{"etc/ld.so.preload": _node("/root/hook.so\n")})
+    assert state_flags([], final, tree0) == ["loader_preload"]
+
+
+def _gzip_of_zeros(mib: int) -> bytes:
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    return b"".join(z.compress(bytes(1 << 20)) for _ in range(mib)) + z.flush()
+
+
+def test_a_decompression_bomb_is_seen_without_being_expanded(tmp_path):
+    """rootfs.canonical gunzips whole and tarfile reads a sparse member's full size: 250 KiB of
+    gzip is 256 MiB in the grader, a 10 KiB sparse tar as many as it claims."""
+    assert expands_past(_gzip_of_zeros(80)) and not expands_past(_gzip_of_zeros(1))
+    (tmp_path / "hole").write_bytes(b"")
+    os.truncate(tmp_path / "hole", 200 << 20)
+    subprocess.run(["tar", "-C", str(tmp_path), "-cSf", str(tmp_path / "s.tar"), "hole"],
+                   check=True)
+    sparse = (tmp_path / "s.tar").read_bytes()
+    assert len(sparse) < 64 << 10
+    for data in (sparse, gzip.compress(sparse), lzma.compress(sparse), bz2.compress(sparse)):
+        assert expands_past(data)
+    tree = {"var/x.tar": node_of({"content_b64": base64.b64encode(sparse).decode()})}
+    assert state_flags([], tree, {}) == ["decompression_bomb"]
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        info = tarfile.TarInfo("site/index.html")
+        info.size = 5
+        tf.addfile(info, io.BytesIO(b"<h1>\n"))
+    assert not expands_past(buf.getvalue())
