@@ -48,7 +48,10 @@ class EpisodeConfig(BaseModel):
     shaping: Literal["none", "visible_progress"] = Field(
         "none", description="per-turn shaping added to the final reward: visible_progress = "
         "shaping_coef x (best visible pass fraction reached by any turn's `<run_tests/>`), the sum "
-        "of potential-based per-turn gains (Ng et al. 1999); none: the hidden-test grade alone")
+        "of potential-based per-turn gains (Ng et al. 1999), paid only on top of a positive, "
+        "unflagged hidden grade (it never makes a zero or flagged episode pay); the fraction is "
+        "the environment's own count, never read from the program's output (issue 34); none: "
+        "the hidden-test grade alone")
     shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
                             "instead of bare reference bodies: multi-turn transcripts through the "
@@ -131,18 +134,31 @@ class AgentEnv(Environment):
         info = dict(info, wall_s=time.perf_counter() - t0)
         if done:
             info["grade"] = _breakdown(info.get("grade") or {}, state.task)
-            info["shaping"] = self.shaping(env.state().history)
+            info["shaping"] = self.shaping(env.state().history, info["grade"])
         return StepResult(env.state(), obs, done, info)
 
-    def shaping(self, history) -> float:
+    def attacks(self, task: Task) -> list:
+        from envs.agent_hacks import attacks  # noqa: PLC0415
+
+        return attacks(task)
+
+    def shaping(self, history, grade: RewardBreakdown) -> float:
         """visible_progress: coef x the best visible pass fraction any turn's <run_tests/>
-        reached (the telescoped sum of potential-based per-turn gains); 0 when off."""
+        reached (the telescoped sum of potential-based per-turn gains); 0 when off, and 0
+        unless the hidden grade is positive and nothing was flagged: shaping rewards progress
+        towards a solution the hidden tests pay for, never a hack or a zero."""
         c = self.config
-        if c.shaping == "none":
+        if (c.shaping == "none" or grade.hack_flags or grade.infra_error
+                or not grade.reward > 0 or any(h.get("hack_flags") for h in history)):
             return 0.0
         fracs = [h["visible_passed"] / h["visible_total"] for h in history
-                 if h.get("visible_total")]
+                 if _count_ok(h.get("visible_passed"), h.get("visible_total"))]
         return c.shaping_coef * max(fracs, default=0.0)
+
+
+def _count_ok(passed, total) -> bool:
+    """A visible count as the environment writes it: integers, 0 <= passed <= total > 0."""
+    return type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0
 
 
 def _breakdown(g: dict, task: Task) -> RewardBreakdown:

@@ -8,15 +8,24 @@ and the files it changed or made are read back, so no sandbox outlives a turn an
 when an episode ends or fails. That is how "one sandbox for the whole episode" is realised: the
 workspace persists across turns, the processes do not. It also makes the whole episode a small
 plain value (`EpisodeState`): `state()` / `from_state()` move it between processes, so any
-worker of a cluster can run any episode's next step. The final grade is an injected `grade(task, files) -> dict`
-(see `rewards/episode_grading.py`), so this module needs only `sandbox.base`. The action format
-is documented in `sandbox/EPISODES.md`.
+worker of a cluster can run any episode's next step. The final grade is an injected
+`grade(task, files, flags) -> dict` (see `rewards/episode_grading.py`). The action format is
+documented in `sandbox/EPISODES.md`.
+
+Reward integrity (issue 34): nothing the candidate's processes print is read as a verdict. The
+visible count of `<run_tests/>` is the environment's own, from values that come back on a
+channel authenticated by a per-run nonce (sandbox/episode_scripts.py); the files a `<run>`
+leaves come back through a manifest whose every entry is checked. What imitates the
+environment (a forged record or count line, a manifest entry the runner never writes, a
+program printing the environment's verdict) raises a flag in the turn's `info["hack_flags"]`,
+and the episode's flags go to the grader, which pays a flagged episode no credit.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import re
+import secrets
 import shlex
 import time
 from dataclasses import dataclass
@@ -24,11 +33,12 @@ from typing import Any, Callable, Literal, Mapping
 
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.episode_scripts import CHECK_SOURCE as _CHECK_SOURCE
+from sandbox.episode_scripts import CHECK_NO_START, IMITATION, read_visible
 from sandbox.episode_scripts import RUN_SOURCE as _RUN_SOURCE
 from sandbox.fork_server import trust_script
 from sandbox.workspace import check_relpath
 
-Grader = Callable[[Any, Mapping[str, str]], dict]
+Grader = Callable[[Any, Mapping[str, str], tuple[str, ...]], dict]  # (task, files, flags)
 trust_script(_CHECK_SOURCE)  # the env's own helper programs: zygotes may keep them compiled
 
 _RESERVED = "_episode_"  # prefix of the env's own helper files; the agent may not write them
@@ -52,7 +62,6 @@ The episode ends at <submit/>, after {max_turns} turns, or after {budget:.0f} s 
 """
 
 Intro = Literal["full", "brief", "prompt"]
-_VISIBLE = re.compile(r"^(\d+)/(\d+) visible examples passed$", re.M)
 
 
 @dataclass(frozen=True)
@@ -235,7 +244,9 @@ class EpisodeEnv:
     def _close(self, reason: str, info: dict) -> str:
         self.done = True
         info["end_reason"] = reason
-        grade = self.grade(self.task, dict(self.files))
+        flags = tuple(dict.fromkeys(f for h in [*self.history, info]
+                                    for f in h.get("hack_flags", ())))
+        grade = self.grade(self.task, dict(self.files), flags)
         info["grade"] = grade
         info["reward"] = grade.get("reward")
         return f"Episode over ({reason}). Final reward: {grade.get('reward')!r}."
@@ -285,18 +296,13 @@ class EpisodeEnv:
         if a.kind == "run_tests":
             if not self.task.examples:
                 return "Visible tests: this task shows none; check your own calls with <run>."
-            res = self._run_tests(limits)
-            head = "Visible tests"
-            m = _VISIBLE.findall(res.stdout)
-            if m and not res.infra_error:  # the last run_tests of the turn counts (shaping)
-                info["visible_passed"], info["visible_total"] = int(m[-1][0]), int(m[-1][1])
-        else:
-            res = self._run(a.argv, limits)
-            head = "$ python " + " ".join(shlex.quote(x) for x in a.argv)
+            return self._run_tests(limits, info)
+        res = self._run(a.argv, limits, info)
+        head = "$ python " + " ".join(shlex.quote(x) for x in a.argv)
         if res.infra_error:
-            info["infra_error"] = True
-            return (f"{head}: the sandbox failed to start (not your code's fault; "
-                    f"try again): {res.error}")
+            return _infra(head, res, info)
+        if IMITATION.search(res.stdout) or IMITATION.search(res.stderr):
+            _flag(info, "fake_success_report")  # the environment's verdict, printed by a program
         return _describe(head, res)
 
     def _write(self, a: Action) -> str:
@@ -310,38 +316,96 @@ class EpisodeEnv:
         self.files[a.path] = a.body
         return f"wrote {a.path} ({size} bytes)"
 
-    def _run_tests(self, limits: Limits) -> ExecResult:
-        examples = [{"args": list(ex.args), "expected": ex.expected} for ex in self.task.examples]
+    def _run_tests(self, limits: Limits, info: dict) -> str:
+        """The visible examples' arguments go into the sandbox, their values come back with the
+        run's nonce (sent on stdin, known to no file) and are compared here."""
         files = dict(self.files)
         files["_episode_check.py"] = _CHECK_SOURCE
-        files["_episode_examples.json"] = json.dumps(examples)
-        return self.sandbox.run(files, ["python", "_episode_check.py", self.task.entry_point],
-                                limits)
+        files["_episode_examples.json"] = json.dumps([list(ex.args) for ex in self.task.examples])
+        nonce = secrets.token_hex(16)
+        res = self.sandbox.run(files, ["python", "_episode_check.py", self.task.entry_point,
+                                       str(limits.output_bytes // 2)],
+                               limits, stdin=(nonce + "\n").encode())
+        head = "Visible tests"
+        if res.status == "failed" and res.exit_code == CHECK_NO_START and not res.stdout:
+            res = dataclasses.replace(res, status="infra_error", error=res.stderr.strip())
+        if res.infra_error:
+            return _infra(head, res, info)
+        seen = read_visible(res, nonce, self.task.entry_point, self.task.examples)
+        for name in seen.flags:
+            _flag(info, name)
+        if not seen.flags:  # the last run_tests of the turn counts (shaping)
+            info["visible_passed"], info["visible_total"] = seen.passed, seen.total
+        out = [head + (f" [{_STATUS[res.status]}]" if res.status in _KILLED else ""), *seen.lines]
+        if res.stderr.strip():
+            out += ["output:", res.stderr.rstrip()]
+        return "\n".join(out + [f"{seen.passed}/{seen.total} visible examples passed"])
 
-    def _run(self, argv: tuple[str, ...], limits: Limits) -> ExecResult:
+    def _run(self, argv: tuple[str, ...], limits: Limits, info: dict) -> ExecResult:
         cap = min(limits.output_bytes, 64 * 1024)
         files = dict(self.files)
         files["_episode_run.py"] = source = _RUN_SOURCE % {"cap": cap}
         trust_script(source)
         res = self.sandbox.run(files, ["python", "_episode_run.py", *argv], limits,
                                collect=[_MANIFEST])
+        if res.infra_error:
+            return res
         raw = res.files.get(_MANIFEST)
         if raw is not None:
-            try:
-                got = json.loads(raw)
-            except ValueError:
-                got = None
-            if isinstance(got, dict) and all(isinstance(v, str) for v in got.values()):
-                kept = {k: v for k, v in got.items()
-                        if len(v) <= cap and not k.startswith(_RESERVED)}
-                self.files = dict(list(kept.items())[:_MAX_FILES])
+            files, forged = read_manifest(raw, cap)
+            if forged:  # the runner writes it whole (os.replace) or not at all: the program did
+                _flag(info, "forged_record")
+            if files is not None:
+                self.files = files
         return res
 
 
+def read_manifest(raw: str, cap: int) -> tuple[dict[str, str] | None, bool]:
+    """The workspace a `<run>` left, from its manifest (None: keep the files as they were), and
+    whether the manifest holds what the runner never writes (not a JSON object of texts, a path
+    outside the workspace or not normalised, an `_episode_` name): the program wrote it. Entries
+    are kept within the workspace's limits; a file over `cap` is dropped, as the runner does."""
+    try:
+        got = json.loads(raw)
+    except ValueError:
+        return None, True
+    if not isinstance(got, dict) or not all(isinstance(v, str) for v in got.values()):
+        return None, True
+    kept: dict[str, str] = {}
+    size, forged = 0, False
+    for rel, text in got.items():
+        try:
+            ok = check_relpath(rel) == rel and not rel.startswith(_RESERVED)
+        except ValueError:
+            ok = False
+        if not ok:
+            forged = True
+            continue
+        nbytes = len(text.encode())
+        if len(text) <= cap and len(kept) < _MAX_FILES and size + nbytes <= _MAX_WORKSPACE_BYTES:
+            kept[rel] = text
+            size += nbytes
+    return kept, forged
+
+
+def _flag(info: dict, name: str) -> None:
+    if name not in info.setdefault("hack_flags", []):
+        info["hack_flags"].append(name)
+
+
+def _infra(head: str, res: ExecResult, info: dict) -> str:
+    info["infra_error"] = True
+    return f"{head}: the sandbox failed to start (not your code's fault; try again): {res.error}"
+
+
+_STATUS = {"timeout": "killed: time limit", "memory_exceeded": "killed: memory limit",
+           "output_truncated": "output over the limit"}
+_KILLED = tuple(_STATUS)
+
+
 def _describe(head: str, res: ExecResult) -> str:
-    status = {"ok": "exit 0", "failed": f"exit {res.exit_code}",
-              "timeout": "killed: time limit", "memory_exceeded": "killed: memory limit",
-              "output_truncated": "output over the limit"}.get(res.status, res.status)
+    status = {"ok": "exit 0", "failed": f"exit {res.exit_code}", **_STATUS}.get(res.status,
+                                                                                res.status)
     out = [f"{head} [{status}]"]
     if res.stdout.strip():
         out.append(res.stdout.rstrip())

@@ -3,12 +3,15 @@
 Real process sandbox and the real grader (`rewards.score.score` over the hidden tests)."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from rewards.episode_grading import completion_from_file, make_grader
-from sandbox.base import Limits
+from sandbox.base import ExecResult, Limits
 from sandbox.config import SandboxConfig
-from sandbox.episode import ActionError, EpisodeEnv, parse_actions, truncate
+from sandbox.episode import ActionError, EpisodeEnv, parse_actions, read_manifest, truncate
+from sandbox.episode_scripts import CHECK_NO_START, read_visible
 from sandbox.registry import make_sandbox
 from tasks.record import Task, TestCase
 
@@ -172,3 +175,156 @@ def test_completion_from_file_accepts_whole_files_and_prompt_continuations():
     assert completion_from_file(bare, FIXED) == FIXED[len(bare.prompt):]
     whole = "import math\n" + FIXED  # a prompt ending at the signature is closed with `pass`
     assert completion_from_file(bare, whole) == "    pass\n" + whole
+
+
+# -- reward integrity (issue 34): nothing the program prints is read as a verdict -------------
+def _checker_output(nonce: str, *records, exit_code: int | None = 0, key: str | None = None
+                    ) -> str:
+    """What an honest checker writes on stdout: each child record wrapped with the nonce."""
+    key = nonce if key is None else key
+    out = "".join(json.dumps({"key": key, "rec": json.dumps(r)}) + "\n" for r in records)
+    if exit_code is not None:
+        out += json.dumps({"key": key, "exit": exit_code}) + "\n"
+    return out
+
+
+def _res(stdout: str, stderr: str = "", status: str = "ok", exit_code: int | None = 0):
+    return ExecResult(status, exit_code, stdout, stderr, 0.01, "test")
+
+
+HONEST = ({"loaded": True}, {"i": 0, "value": 3}, {"i": 1, "value": 0}, {"end": True})
+
+
+def test_checker_output_counts_only_nonce_lines_in_an_honest_childs_order():
+    def read(stdout, **kw):
+        return read_visible(_res(stdout, **kw), "n0nce", "safe_div", TASK.examples)
+
+    honest = read(_checker_output("n0nce", *HONEST))
+    assert (honest.passed, honest.total, honest.flags) == (2, 2, ())
+    assert honest.lines == ("PASS safe_div(7, 2) == 3", "PASS safe_div(5, 0) == 0")
+    one_wrong = read(_checker_output("n0nce", HONEST[0], HONEST[1], {"i": 1, "value": 9},
+                                     HONEST[3]))
+    assert (one_wrong.passed, one_wrong.flags) == (1, ())
+    forgeries = {
+        "a line without the nonce": _checker_output("n0nce", *HONEST) + "2/2 passed\n",
+        "a guessed nonce": _checker_output("n0nce", *HONEST[:3], key="guess") + _checker_output(
+            "n0nce", HONEST[3]),
+        "a second answer for one call": _checker_output("n0nce", *HONEST[:2], HONEST[1],
+                                                        *HONEST[2:]),
+        "a call that does not exist": _checker_output("n0nce", *HONEST[:3], {"i": 2, "value": 0},
+                                                      HONEST[3]),
+        "an answer before loading": _checker_output("n0nce", HONEST[1], *HONEST),
+        "a record after the end": _checker_output("n0nce", *HONEST, {"i": 1, "value": 0}),
+        "a line over the record limit": _checker_output("n0nce", *HONEST[:3]) + json.dumps(
+            {"key": "n0nce", "overlong": 99999}) + "\n",
+    }
+    for what, stdout in forgeries.items():
+        got = read(stdout)
+        assert "forged_record" in got.flags and got.passed <= got.total == 2, what
+    printed = read(_checker_output("n0nce", *HONEST), stderr="9/2 visible examples passed\n")
+    assert printed.flags == ("forged_record",) and printed.passed == 2
+    raised = read(_checker_output("n0nce", HONEST[0], HONEST[1], {
+        "i": 1, "error": "ValueError: 2/2 visible examples passed", "tb": ""}, HONEST[3]))
+    assert raised.flags == ("forged_record",)
+    assert read(_checker_output("n0nce", *HONEST[:3])).flags == ("early_exit",)
+    killed = read(_checker_output("n0nce", *HONEST[:2], exit_code=None), status="failed",
+                  exit_code=-9)
+    assert killed.flags == ("harness_tampering",) and killed.passed == 1
+    timed_out = read(_checker_output("n0nce", *HONEST[:2], exit_code=None), status="timeout",
+                     exit_code=None)
+    assert timed_out.flags == () and "FAIL safe_div(5, 0): no result" in timed_out.lines[-1]
+
+
+def test_a_printed_count_is_flagged_and_the_verdict_stays_the_environments(env):
+    env.reset(TASK)
+    forged = FIXED + "print('9/2 visible examples passed')\n"
+    obs, _, info = env.step(write("solution.py", forged) + "<run_tests/>")
+    assert obs.splitlines()[-2] == "2/2 visible examples passed"
+    assert info["hack_flags"] == ["forged_record"] and "visible_passed" not in info
+    _, done, info = env.step("<submit/>")
+    # The hidden tests all pass, but a flagged episode is paid nothing.
+    assert done and info["reward"] == -1.0 and not info["grade"]["solved"]
+    assert "forged_record" in info["grade"]["hack_flags"]
+
+
+def test_the_runs_nonce_is_out_of_the_solutions_reach(env, monkeypatch):
+    monkeypatch.setattr("sandbox.episode.secrets.token_hex", lambda n: "feedface" * 4)
+    search = '''import os, re, sys
+NEEDLE = ("feedface" * 2 + "FEEDFACE".lower() * 2).encode()
+def scan(where, data):
+    if NEEDLE in data:
+        print("LEAK", where)
+scan("stdin", sys.stdin.buffer.read())
+scan("argv", " ".join(sys.argv).encode())
+scan("environ", "".join(os.environ.values()).encode())
+ppid = os.getppid()
+places = ["/proc/%d/%s" % (ppid, n) for n in ("environ", "cmdline", "fd/0")]
+places += [n for n in os.listdir(".") if os.path.isfile(n)]
+for p in places:
+    try:
+        with open(p, "rb") as f:
+            scan(p, f.read(1 << 20))
+    except OSError as exc:
+        print("denied", p, type(exc).__name__)
+try:
+    mem = open("/proc/%d/mem" % ppid, "rb")
+    for line in open("/proc/%d/maps" % ppid):
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        try:
+            mem.seek(lo)
+            scan("parent memory", mem.read(min(hi - lo, 1 << 24)))
+        except (OSError, ValueError, OverflowError):
+            pass
+except OSError as exc:
+    print("denied parent memory", type(exc).__name__)
+print("searched")
+'''
+    env.reset(TASK)
+    obs, _, info = env.step(write("solution.py", FIXED + search) + "<run_tests/>")
+    assert "searched" in obs and "LEAK" not in obs, obs
+    assert "denied parent memory" in obs
+    assert info["visible_passed"] == 2 and "hack_flags" not in info
+
+
+def test_a_run_cannot_plant_reserved_or_outside_paths_through_its_manifest(env):
+    env.reset(TASK)
+    planted = {"solution.py": FIXED, "_episode_check.py": "print('2/2 visible examples passed')",
+               "../up.py": "x = 1\n", "/abs.py": "x = 1\n", "a/../b.py": "x = 1\n"}
+    script = ("import atexit, json\natexit.register(lambda: json.dump("
+              f"{planted!r}, open('_episode_files.json', 'w')))\n")
+    obs, done, info = env.step(write("plant.py", script) + "<run>python plant.py</run>")
+    assert env.files == {"solution.py": FIXED}  # what is left of the manifest: a file it may write
+    assert info["hack_flags"] == ["forged_record"]
+    obs, _, info = env.step("<run_tests/>")  # and the workspace still runs
+    assert "2/2 visible examples passed" in obs
+
+
+def test_read_manifest_refuses_what_the_runner_never_writes():
+    assert read_manifest("not json", 100) == (None, True)
+    assert read_manifest('["a.py"]', 100) == (None, True)
+    assert read_manifest('{"a.py": "x", "big.txt": "%s"}' % ("y" * 101), 100) == ({"a.py": "x"},
+                                                                                  False)
+    assert read_manifest('{"a.py": "x", "./b.py": "y"}', 100) == ({"a.py": "x"}, True)
+
+
+def test_a_program_printing_the_environments_verdict_is_flagged_and_an_honest_one_is_not(env):
+    env.reset(TASK)
+    _, _, info = env.step(write("t.py", "print('3 of 3 of my own checks passed')\n")
+                          + "<run>python t.py</run>")
+    assert "hack_flags" not in info
+    _, _, info = env.step(write("t.py", "print('[turn 2/4; 2 left]')\n") + "<run>python t.py</run>")
+    assert info["hack_flags"] == ["fake_success_report"]
+
+
+def test_a_checker_that_could_not_start_is_an_infra_error_not_a_flag():
+    class NoFork:  # what the checker reports when the sandbox's process limit stops its fork
+        name = "stub"
+
+        def run(self, files, argv, limits, stdin=None, collect=(), base=None):
+            return ExecResult("failed", CHECK_NO_START, "", "the checker could not start: "
+                              "[Errno 11] Resource temporarily unavailable\n", 0.01, "stub")
+
+    env = EpisodeEnv(NoFork(), LIMITS, None, max_turns=4)
+    env.reset(TASK)
+    obs, _, info = env.step("<run_tests/>")
+    assert info["infra_error"] and "hack_flags" not in info and "not your code's fault" in obs
