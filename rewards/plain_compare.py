@@ -19,7 +19,10 @@ from __future__ import annotations
 import ast
 
 CHECKER = "__rollforge_plain__"
-PRELUDE = f"from _rollforge_plain import check as {CHECKER}\n"
+# A module imported again after the collection (pickle looking up a test's function) is not
+# the one whose tests are graded: it gets no checker, and checks nothing.
+PRELUDE = (f"try:\n    from _rollforge_plain import check as {CHECKER}\n"
+           f"except ImportError:\n    {CHECKER} = lambda v: v\n")
 _VALUE_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
 
 

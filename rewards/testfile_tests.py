@@ -239,7 +239,7 @@ def run_test_file(task: Task, answer: str, sandbox: Sandbox, limits: Limits,
     config = {"nonce": token, "per_test": per_test_timeout_s, "summary": summary,
               "protected": [_TEST_FILE, _CONFTEST, _INI], "writable": [junit, summary],
               "tests": [_TEST_FILE, _CONFTEST, _INI], "candidate": [f"{p.module}.py"],
-              "preimport": p.module, "plain": True}
+              "preimport": p.module, "plain": True, "threads": "deny"}
     plugin = _PLUGIN.replace("@@CONFIG@@", repr(config))
     files = {f"{p.module}.py": source, _TEST_FILE: tests, _CONFTEST: plugin, _INI: _INI_SOURCE}
     targets = ([f"{_TEST_FILE}::{_pytest_name(t, p.format)}" for t in p.tests_expected]
