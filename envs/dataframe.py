@@ -36,6 +36,11 @@ class DataFrameEnv(FunctionTaskEnv):
         return generate_dataframe_suite(c.families, c.difficulties, c.tasks_per_family,
                                         c.n_tests, c.seed, c.heldout_fraction)
 
+    def attacks(self, task: Task) -> list:
+        from envs.dataframe_hacks import dataframe_attacks  # noqa: PLC0415
+
+        return dataframe_attacks()
+
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:
         return run_dataframe_tests(task, answer, sandbox, limits, per_test_timeout_s)

@@ -104,6 +104,11 @@ class FunctionsEnv(FunctionTaskEnv):
                                               generic_names=c.sft_generic_names)
                 if t.reference is not None]
 
+    def attacks(self, task: Task) -> list:
+        from envs.functions_hacks import function_attacks  # noqa: PLC0415
+
+        return function_attacks()
+
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:
         return run_io_tests(task, answer, sandbox, limits, per_test_timeout_s)

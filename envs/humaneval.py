@@ -36,6 +36,11 @@ class HumanEvalEnv(FunctionTaskEnv):
 
     problems = Environment.problems  # the record checks alone (a check program, not values)
 
+    def attacks(self, task: Task) -> list:
+        from envs.humaneval_hacks import humaneval_attacks  # noqa: PLC0415
+
+        return humaneval_attacks()
+
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:
         return run_humaneval_tests(task, answer, sandbox, limits, per_test_timeout_s)
