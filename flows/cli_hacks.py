@@ -8,7 +8,7 @@ import sys
 
 # Kinds that generate no tasks of their own are attacked on a shipped task file.
 DEFAULT_FILES = {"testfile": "tasks/data/testfile_basics.jsonl"}
-DEFAULT_KINDS = ("io", "humaneval", "testfile", "agent", "ops", "logic", "repo")
+DEFAULT_KINDS = ("io", "humaneval", "dataframe", "testfile", "agent", "ops", "logic", "repo")
 
 
 def register(subparsers) -> None:
