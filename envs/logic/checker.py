@@ -12,6 +12,24 @@ check "premises and earlier steps entail the step" would accept the goal as step
 nothing. A bound on what one step may use (`max_cited`, 2 by default) makes each step one small
 inference, which is what the solver then verifies.
 
+The bound counts what a step rests on, not the lines it names (issue 34: conjoining the premises
+two at a time, `1. (P1) and (P2) [P1, P2]`, `2. (1) and (P3) [1, P3]`, ..., let the last step
+cite one line holding every premise, and z3 did the whole deduction there). So every valid line
+stands for **units** (envs/logic/accounting.py): a premise or an inference stands for itself; a
+**restatement** stands for the units it restates. A line is a restatement of some of the units
+its citations stand for when z3 proves it equivalent to their conjunction, in any form
+(reordered, De Morgan, nested implications, with tautologies, one line restated); or so
+wherever the goal is false (weakened by the goal, `P1 and (P2 or goal)`); or so once its dead
+cases are removed: the terms of its disjunctive normal form that a unit contradicts, that unit
+assumed (`(P1 and P2) or not P5`, however distributed; tested again whenever the line is cited,
+so that a killer derived after it counts). A step passes when its citations entail it and at
+most `max_cited` of the units they stand for do, counting also the units it assumes in its own
+formula as hypotheses of the goal (`(P1 and P2 and P3) -> goal []`: the deduction theorem
+would otherwise move any number of premises into one step). A restatement each of whose
+conjuncts is one unit's (a conjunction put together, like the determine tasks' answer) needs
+no bound; any other restatement does (the answer to a determine task is equivalent to all its
+premises together, and saying so is the whole deduction).
+
 Hack flags (the answer then earns no credit, envs/logic/env.py):
 - `restated_goal`: a step equivalent to the goal that its citations do not give (the answer
   asserted what it had to show without deriving it; a goal step that only builds on an earlier
@@ -21,7 +39,12 @@ Hack flags (the answer then earns no credit, envs/logic/env.py):
 - `unknown_citation`: a step cites a premise the task does not have, itself or a later step
   (the only way an answer could add a premise);
 - `unchecked_step`: a step the solver could not check: unparsable, over the syntax's size caps,
-  out of time or memory, or undecided (`unknown`).
+  out of time or memory, undecided (`unknown`), or with more cases than its accounting looks at;
+- `restated_conjunction`: a step its citations entail only through more than `max_cited` units,
+  reached through restated conjunctions (the issue's chain and every equivalent packing);
+- `assumed_premises`: a step that needs more than `max_cited` units once the premises or steps
+  it assumes as hypotheses of the goal are counted (the curried chain);
+- `no_steps`: the answer has no step at all.
 `inconsistent_premises` is the task's fault, not the answer's: the premises are contradictory
 (or could not be shown consistent), so anything would follow; every step is invalid and the
 answer scores 0 with the flag.
@@ -29,13 +52,16 @@ answer scores 0 with the flag.
 Threat model: the answer is text, read by our own parser (envs/logic/syntax.py), never
 executed. The danger is the solver: a crafted formula can make z3 slow or hungry (a 170-
 character knapsack question within the caps takes it seconds: tests/unit/test_env_logic.py).
-Each check has a time limit (a step costs at most three checks: its entailment, then, when
-invalid, the contradiction and goal tests), every answer a total budget (`budget_s`, looked at
-between steps), z3's process-wide memory cap (`memory_max_size`) is set, and the parser refuses
-long, deep, quantifier-heavy or non-linear formulas before z3 sees them. Checks run in-process
-on the worker, in one z3 context per thread (z3 contexts are not shared between threads),
+Each check has a time limit, every answer a total budget (`budget_s`, looked at before every
+check; a step's accounting costs a few checks more than its entailment, about six on the
+references, a packed step up to one per case and unit or pair of units; a step whose accounting
+is undecided, or that has more than `MAX_CASES` cases, is invalid and flagged, never let
+through), z3's process-wide memory cap (`memory_max_size`) is set, and the parser refuses long,
+deep, quantifier-heavy or non-linear formulas before z3 sees them. Checks run in-process on
+the worker, in one z3 context per thread (z3 contexts are not shared between threads),
 which is what makes a check cost about a millisecond. What they cannot bound is a bug in z3
-itself crashing the worker (Dask then restarts it and the shard is retried); z3 crashes, rather
+itself crashing the worker (Dask then restarts it and the shard is retried; one, in z3 4.15's
+Diophantine module, is avoided by turning that module off, below); z3 crashes, rather
 than raising, when a context is made with its memory cap already reached, hence the reuse.
 """
 from __future__ import annotations
@@ -47,7 +73,14 @@ from dataclasses import dataclass
 
 import z3
 
+from envs.logic.accounting import Undecided, Units, account
 from envs.logic.syntax import Node, ParseError, Step, parse_formula, parse_step
+
+# z3 4.15's integer arithmetic crashes the process (a segfault in its Diophantine-equation
+# module, lp::dioph_eq::imp::tighten_terms_with_S) on some linear integer steps cut short by the
+# time limit: the knapsack step of tests/unit/test_env_logic.py did, now and then. With the
+# module off, z3 decides integer steps as before 4.14 did.
+z3.set_param("lp.dio", False)
 
 _PARAMS_LOCK = threading.Lock()
 _MEMORY_MB: list[int] = []
@@ -205,6 +238,9 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
     sorts = task_sorts(premises, goal)
     prem = [z.term(parse_formula(p, sorts)[0]) for p in premises]
     goal_t = z.term(parse_formula(goal, sorts)[0])
+    units = Units(z, goal_t, timeout_ms, t0 + budget_s)
+    for k, t in enumerate(prem, 1):
+        units.of[("P", k)], units.term[("P", k)] = frozenset({("P", k)}), t
     valid: dict[int, object] = {}
     verdicts: list[StepVerdict] = []
     flags: list[str] = []
@@ -214,6 +250,8 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
         if name not in flags:
             flags.append(name)
 
+    if not lines:
+        flag("no_steps")
     for i, line in enumerate(lines, 1):
         if i > max_steps:
             verdicts.append(StepVerdict("failed", f"past the longest chain ({max_steps} steps)"))
@@ -254,17 +292,28 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
             checks += 1
             got = z.decide(cited, claim, timeout_ms)
             if got == "yes":
-                valid[i] = claim
-                sorts = new_sorts
-                verdicts.append(StepVerdict("passed", "entailed by " + (", ".join(
-                    f"{'P' if c == 'P' else ''}{k}" for c, k in step.cites) or "nothing")))
-                continue
-            if got == "unknown":
+                try:
+                    verdict, bad = account(units, i, f, claim, step, max_cited)
+                except Undecided as exc:
+                    if exc.gave_up:
+                        _LOCAL.ctx = None  # the next answer gets a fresh context (decide())
+                    verdicts.append(StepVerdict(exc.outcome, f"unchecked: {exc}"))
+                    flag("unchecked_step")
+                    continue
+                if bad is None:
+                    valid[i] = claim
+                    sorts = new_sorts
+                    verdicts.append(StepVerdict("passed", verdict))
+                    continue
+                why = verdict
+                flag(bad)
+            elif got == "unknown":
                 verdicts.append(StepVerdict("timeout", f"the solver could not decide it in "
                                             f"{timeout_ms} ms"))
                 flag("unchecked_step")
                 continue
-            why = "not entailed by what it cites"
+            else:
+                why = "not entailed by what it cites"
         verdicts.append(StepVerdict("failed", why))
         # An invalid contradiction is flagged however it failed; an invalid goal when it fails
         # by its own inference (the goal citing every premise fails the citation bound), not
@@ -287,4 +336,4 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
             goal_v = StepVerdict("passed", "the last step is the goal") if same == "yes" else \
                 StepVerdict("failed", "the last step is not the goal")
     return ChainVerdict(tuple(verdicts), goal_v, tuple(flags), time.perf_counter() - t0,
-                        checks, parsed)
+                        checks + units.checks, parsed)

@@ -35,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.base import SingleTurnEnv, StepContext, known_names
+from envs.logic import hacks
 from envs.logic.checker import check_chain, premises_consistent, set_memory_cap, task_sorts
 from envs.logic.families import FAMILIES, Problem
 from envs.logic.syntax import ParseError
@@ -164,8 +165,14 @@ class LogicEnv(SingleTurnEnv):
     trivial_earn_nothing = True  # the task check runs every cheat: none may earn anything
 
     def trivial_answers(self, task: Task) -> dict[str, str]:
-        """The empty answer and one answer per cheat (each must earn nothing)."""
-        return hack_answers(task)
+        """The empty answer and one answer per cheat (each must earn nothing): the old cheats,
+        the issue-34 chain and the curried chain from the hack suite (envs/logic/hacks.py
+        `TASK_CHECK`; the whole suite is `attacks`)."""
+        return hacks.trivial_answers(task)
+
+    def attacks(self, task: Task) -> list:
+        """The kind's hack suite (envs/logic/hacks.py; `rollforge hacks logic`)."""
+        return hacks.attacks(task)
 
     # -- grading -----------------------------------------------------------------------------
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
@@ -194,19 +201,3 @@ class LogicEnv(SingleTurnEnv):
             b = dataclasses.replace(b, reward=0.0)
         return b, report
 
-
-def hack_answers(task: Task) -> dict[str, str]:
-    """The cheats the kind must not pay for, written against this task: the goal restated as
-    the first step (citing the first premises), a contradiction the goal is then drawn from,
-    a premise the task does not have, and the reference with an unparsable first step."""
-    p = LogicPayload.model_validate(task.payload)
-    k = min(p.max_cited, len(p.premises))
-    cites = ", ".join(f"P{i}" for i in range(1, k + 1))
-    out = {"empty": "",
-           "restated_goal": f"1. {p.goal} [{cites}]",
-           "contradiction": f"1. false [{cites}]\n2. {p.goal} [1]",
-           "invented_premise": f"1. {p.goal} [P{len(p.premises) + 1}]"}
-    if task.reference:
-        first, *rest = task.reference.splitlines()
-        out["unparsable_step"] = "\n".join([first.split(".", 1)[0] + ". ((( ->"] + rest)
-    return out

@@ -211,7 +211,8 @@ def knights_knaves(rng: random.Random) -> Problem:
     """Three islanders each say one thing; knights tell the truth, knaves lie. The premise of
     speaker a is `K_a <-> (what a said)`. Drawn until the solution is unique and a chain of
     two-citation steps finds it (each islander's kind from two lines, then the conjunction),
-    and no two premises alone give the whole answer."""
+    no two premises alone give the whole answer, and not every islander's kind is one premise
+    restated."""
     people = ["a", "b", "c"]
     for _ in range(500):
         said = {s: rng.choice(_SAYS)(*rng.sample([q for q in people if q != s], 1),
@@ -229,6 +230,10 @@ def knights_knaves(rng: random.Random) -> Problem:
         goal = " and ".join(lit[q] for q in people)
         goal_t = parse_formula(goal)[0]
         if any(tt_entails(list(pair), goal_t) for pair in itertools.combinations(trees, 2)):
+            continue
+        # Nor may each islander's kind follow from one premise (`K_c <-> (K_a <-> K_a)` is
+        # K_c): the answer would be the premises restated, and any packing of them a proof.
+        if all(any(tt_entails([t], parse_formula(lit[q])[0]) for t in trees) for q in people):
             continue
         chain = _derive(trees, {q: parse_formula(lit[q])[0] for q in people})
         if chain is None:
@@ -282,7 +287,10 @@ def integers(rng: random.Random) -> Problem:
         ge = c.step(f"x >= {vx}", sum_, diff)
         le = c.step(f"x <= {vx}", sum_, low)
         x = c.step(f"x = {vx}", ge, le)
-        y = c.step(f"y = {vy}", sum_, x)
+        # Not `y = vy` from the sum and `x = vx`: that line restates x >= vx and x <= vx, so the
+        # step would rest on three (envs/logic/checker.py).
+        y_le = c.step(f"y <= {vy}", sum_, ge)
+        y = c.step(f"y = {vy}", y_le, low)
         goal = f"x = {vx} and y = {vy}"
         c.step(goal, x, y)
         return c.done(goal, Model({"x": vx, "y": vy}), 3, ask="determine")

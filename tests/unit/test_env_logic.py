@@ -72,9 +72,42 @@ def test_families_cover_three_levels_and_generation_is_deterministic(env, tasks)
     assert len(sft) > len(tasks) - len(held) and not held & {t.task_id for t in sft}
 
 
-def test_the_empty_answer_fails(env, tasks, ctx):
+def test_the_empty_answer_fails_flagged_no_steps(env, tasks, ctx):
     b, report = env.grade(tasks[0], "", ctx)
     assert b.reward == 0.0 and not b.solved and named(report) == {"goal": "failed"}
+    assert b.hack_flags == ("no_steps",)
+
+
+def test_a_conjunction_put_together_is_free_and_citing_it_cites_its_parts(env, tasks, ctx):
+    # The determine answer conjoins facts derived one by one: that step infers nothing and may
+    # gather more than two lines; a step citing it cites what it gathered.
+    t = one_of(tasks, "knights_knaves")
+    b, report = env.grade(t, t.reference, ctx)
+    log = report.exec_result.stdout
+    assert b.reward == 1.0 and "step 5: passed: entailed by 4, 3; restates 1, 2, 3" in log, log
+
+
+def test_a_step_citing_a_restated_equation_rests_on_what_the_equation_restates(env, tasks, ctx):
+    # `x = 3` from `x >= 3` and `x <= 3` restates them; `y = 4` from the sum and that line
+    # rests on three lines, one over the bound (the reference goes by `y <= 4` instead).
+    t = next(t for t in tasks if t.family == "integers" and "x - y >=" in t.prompt)
+    lines = t.reference.splitlines()
+    assert lines[2].split(". ", 1)[1].startswith("x = ")  # step 3: x = vx [1, 2]
+    assert lines[3].split(". ", 1)[1].startswith("y <=")
+    sum_ = next(f"P{i}" for i, p in enumerate(t.payload["premises"], 1) if "+" in p)
+    y = t.payload["goal"].split(" and ")[1]
+    b, report = env.grade(t, "\n".join([*lines[:3], f"4. {y} [{sum_}, 3]"]), ctx)
+    assert named(report)["step 4"] == "failed" and "restated_conjunction" in b.hack_flags
+    assert "needs more than 2 of" in report.exec_result.stdout
+
+
+def test_a_disjunction_with_a_case_a_premise_kills_is_still_an_inference(env, tasks, ctx):
+    # Disjunctive syllogism, `B or C` from `A or B or C` and `not A`: its case B is killed by
+    # the premise `not B`, and what is left, C, is no conjunction of what it cites.
+    for t in [t for t in tasks if t.family == "disjunctive_syllogism"]:
+        b, report = env.grade(t, t.reference, ctx)
+        assert b.reward == 1.0 and "restates" not in report.exec_result.stdout, \
+            report.exec_result.stdout
 
 
 @pytest.mark.parametrize("hack, flag", [("restated_goal", "restated_goal"),
