@@ -16,6 +16,7 @@ import ast
 import json
 
 from envs.hacks import Attack
+from rewards import pyast
 from tasks.record import Task
 
 FORGED = ("forged_record",)
@@ -24,7 +25,7 @@ FORGED = ("forged_record",)
 def partial_solution(task: Task) -> str:
     """solution.py that is right (the task's reference) except on the visible examples' inputs,
     where it returns None: the hidden tests pay for it, the visible count is 0."""
-    fn = next(n for n in ast.parse(task.prompt + "    pass\n").body
+    fn = next(n for n in pyast.parse(task.prompt + "    pass\n").body
               if isinstance(n, ast.FunctionDef) and n.name == task.entry_point)
     params = ", ".join(a.arg for a in fn.args.args)
     visible = json.loads(json.dumps([list(ex.args) for ex in task.examples]))

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ast
 
+from rewards import pyast
+
 CHECKER = "__rollforge_plain__"
 # A module imported again after the collection (pickle looking up a test's function) is not
 # the one whose tests are graded: it gets no checker, and checks nothing.
@@ -71,7 +73,7 @@ class _Rewrite(ast.NodeTransformer):
 def rewrite(source: str, setup: str = "") -> str:
     """The test module with every value comparison's operands checked to be plain data;
     `setup` (the grader's own lines) runs first, as it is."""
-    tree = _Rewrite().visit(ast.parse(source))
+    tree = _Rewrite().visit(pyast.parse(source))
     ast.fix_missing_locations(tree)
     body = ast.unparse(tree)
     # `from __future__` must stay first
