@@ -103,7 +103,7 @@ bench-episodes: setup
 
 # The real model (SmolLM2-135M-Instruct, LoRA) RL-trained, held-out pass@1 before and after per
 # family and on HumanEval's 164, two seeds at once: 2 h on 2 cores (docs/benchmarks.md).
-bench-real: model
+bench-real: model engine
 	$(PY) bench/bench_real_rl.py $(ARGS)
 
 # The RL loop against equal-time SFT on verification-only families, two seeds (about an hour).

@@ -56,7 +56,7 @@ class VLLMSampler:
 
     def __init__(self, server: VLLMServer, banned_ids: Sequence[int] = (), concurrency: int = 256,
                  retries: int = 3, backoff_s: float = 1.0, timeout_s: float = 3600.0,
-                 owns_server: bool = False):
+                 owns_server: bool = False, model_name: str | None = None):
         if server.base_url is None:
             raise EngineError("the vLLM server has not been started (VLLMServer.start) or "
                               "connected to (VLLMServer.connect)")
@@ -64,6 +64,8 @@ class VLLMSampler:
         self.concurrency, self.retries, self.backoff_s = concurrency, retries, backoff_s
         self.timeout_s, self.owns_server = timeout_s, owns_server
         self.retried = 0  # requests sent again after a transient failure (a metric)
+        # what requests name as their `model`: the server's own, or a LoRA adapter loaded into it
+        self.model_name = model_name or server.model_name
 
     @classmethod
     def launch(cls, settings: ServerSettings, banned_ids: Sequence[int] = (), **kw) -> VLLMSampler:
@@ -73,7 +75,7 @@ class VLLMSampler:
     def payload(self, request: SampleRequest, prompt: Sequence[int]) -> dict:
         greedy = request.greedy
         body = {
-            "model": self.server.model_name, "prompt": list(prompt), "n": request.n,
+            "model": self.model_name, "prompt": list(prompt), "n": request.n,
             "max_tokens": request.max_new_tokens,
             # vLLM's greedy is temperature 0; its log-probs are then of softmax(logits), i.e.
             # at temperature 1 (it cannot report them at another temperature without sampling)

@@ -98,6 +98,19 @@ class ServerSettings:
         return env
 
 
+LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
+
+
+def lora_settings(rank: int) -> tuple[tuple[str, ...], dict[str, str]]:
+    """(extra args, extra env) of a server that takes LoRA adapters of rank <= `rank` at run
+    time: two slots, the version being sampled and the next one loaded beside it."""
+    fit = next((r for r in LORA_RANKS if r >= rank), None)
+    if fit is None:
+        raise EngineError(f"a LoRA rank of {rank} is over vLLM's largest ({LORA_RANKS[-1]})")
+    return (("--enable-lora", "--max-lora-rank", str(fit), "--max-loras", "2"),
+            {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"})
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
@@ -217,6 +230,33 @@ class VLLMServer:
                               "restart it where it runs")
         self.stop()
         return self.start()
+
+    def load_adapter(self, name: str, path: str | Path, timeout_s: float = 300.0) -> None:
+        """Load the LoRA adapter folder `path` (PEFT's format) into the running server; requests
+        then name it as their `model`. Needs a server started with --enable-lora and
+        VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 (`lora_settings`)."""
+        self._post_admin("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)},
+                         f"load the LoRA adapter {path} as {name!r}", timeout_s)
+
+    def unload_adapter(self, name: str, timeout_s: float = 60.0) -> None:
+        self._post_admin("/v1/unload_lora_adapter", {"lora_name": name},
+                         f"unload the LoRA adapter {name!r}", timeout_s)
+
+    def _post_admin(self, route: str, body: dict, what: str, timeout_s: float) -> None:
+        req = urllib.request.Request(f"{self.base_url}{route}", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s):
+                return
+        except urllib.error.HTTPError as e:
+            detail = e.read().decode(errors="replace")[:1000]
+            hint = (" (a LoRA adapter needs a server started with --enable-lora and "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)" if e.code == 404 else "")
+            raise EngineError(f"the engine at {self.base_url} could not {what}: HTTP {e.code}: "
+                              f"{detail}{hint}") from e
+        except OSError as e:
+            raise EngineError(f"the engine at {self.base_url} could not {what}: "
+                              f"{type(e).__name__}: {e}") from e
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """SIGTERM to the server's process group, SIGKILL after `timeout_s`. A connected

@@ -192,6 +192,13 @@ class RunConfig(BaseModel):
         d["rl"].pop("placement", None)
         # How many threads compute a step changes its float rounding only, like the rank count.
         d.pop("threads", None)
+        # Which engine samples changes the samples; where it runs and how it batches do not,
+        # and the local sampler (the default) is how runs before engines existed sampled.
+        for k in ("engine_url", "engine_threads", "engine_kv_cache_gib", "engine_max_num_seqs"):
+            d["sampling"].pop(k, None)
+        if d["sampling"].get("engine") == "local":
+            d["sampling"].pop("engine", None)
+        d["rl"].pop("logprob_gap_warn", None)  # when to warn, not what is computed
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):
             d["rl"].pop("replay_coef", None)

@@ -30,6 +30,7 @@ from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # no
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
+from flows.sampler import close_engines, engine_metrics, policy_tokenizer
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
@@ -37,9 +38,7 @@ from storage import registry
 from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
-from training.policy import tokenizer_of
 from training.progress import Progress
-from training.trainer import policy_for_sampling
 
 FORM_DEFAULT = whole_config()  # train_flow's default config: configs/default.yaml, every field
 
@@ -110,6 +109,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
         trainer_group.close_group()  # first: a group on Dask workers is stopped through them
+        close_engines()
         close_clients()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
             "iterations": cfg.iterations}
@@ -166,7 +166,7 @@ class _Play:
 
     def play(self, tasks: list[Task], group: int) -> list[Episode]:
         cfg = self.cfg
-        tok = tokenizer_of(policy_for_sampling(cfg.run_dir, self.v))
+        tok = policy_tokenizer(cfg.run_dir, self.v)
         env = stages.env_of(cfg)
         return play(tasks, [env(t) for t in tasks], group, cfg.policy.max_len, tok,
                     cfg.sampling.max_new_tokens, self.sample, self.step)
@@ -193,8 +193,11 @@ def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) 
     def pass_rates() -> dict:
         c = cfg.cluster
         opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-        return evaluate_policy(cfg, version, opts, dask_client(c.address, c.n_workers,
-                                                               c.threads_per_worker), tasks, prefix)
+        try:
+            return evaluate_policy(cfg, version, opts, dask_client(
+                c.address, c.n_workers, c.threads_per_worker), tasks, prefix)
+        finally:
+            close_engines()
     return pass_rates()
 
 
@@ -320,7 +323,7 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
                "curriculum/groups_trained": len({r["group_id"] for r in col["train_rows"]}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
                                               if rows else math.nan),
-               "policy_sampled": col["sampled_with"]}
+               "policy_sampled": col["sampled_with"], **engine_metrics(cfg)}
     for src in sorted({r["source"] for r in rows if r["source"]}):
         mine = [r for r in rows if r["source"] == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)
@@ -354,6 +357,17 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
                  f"v{it}; importance weight mean {metrics['train/is_weight_mean']:.3f}, "
                  f"{metrics['train/is_weight_capped']:.3f} of tokens at the cap; the flow "
                  f"waited {timings.get('time/update_wait_s', 0.0):.2f}s for the update")
+    gap = metrics.get("train/logprob_gap_mean")
+    if gap is not None:
+        line = (f"iteration {it} sampler/trainer log-prob gap: mean {gap:.2e}, max "
+                f"{metrics['train/logprob_gap_max']:.2e}, {metrics['train/logprob_gap_over']:.3f} "
+                f"of tokens over 0.1")
+        if "engine/sync_s" in metrics:
+            line += (f"; engine synced to v{col['sampled_with']} in {metrics['engine/sync_s']:.1f}s"
+                     f", {metrics['engine/restarts']} restart(s)")
+        (log.warning if gap > cfg.rl.logprob_gap_warn else log.info)(
+            line + (f" (over rl.logprob_gap_warn={cfg.rl.logprob_gap_warn}: the sampler and the "
+                    "trainer disagree about the policy)" if gap > cfg.rl.logprob_gap_warn else ""))
     log.info("iteration %d stage seconds: %s", it, ", ".join(
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
     publish_iteration(cfg, it, metrics, log, baseline)
@@ -403,6 +417,7 @@ def evaluate_flow(run_dir: str = "runs/default",
         print(cluster_description(client))
         out = evaluate_policy(cfg, version, opts, client)
     finally:
+        close_engines()
         close_clients()
     publish_evaluation(cfg, version, out, get_run_logger())
     return {"run_dir": cfg.run_dir, "version": version, **out}

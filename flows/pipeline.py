@@ -12,7 +12,8 @@ import math
 import time
 from contextlib import nullcontext
 
-from flows import stages
+from engine.boundary import SampleRequest, as_samples
+from flows import sampler, stages
 from flows.config import RunConfig
 from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
@@ -24,10 +25,9 @@ from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
 from training import threads as torch_threads
-from training.episodes import sample_actions
 from training.generate import Sample
 from training.progress import Progress
-from training.trainer import RLSample, policy_for_sampling, sft_warm_start
+from training.trainer import RLSample, sft_warm_start
 
 
 @_stage("sft_warm_start", retries=1, timeout_s=4 * 3600,
@@ -84,18 +84,20 @@ def _salt(round_: int | str, turn: int, k: int) -> str:
 def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int | str,
                        turn: int, k: int, contexts: list[list[int]], max_new_tokens: int,
                        greedy: bool) -> tuple[list[Sample], float]:
-    """The next action of every live episode of a round's turn, in batches, where the policy
-    lives (this process)."""
-    model = policy_for_sampling(cfg.run_dir, version)
+    """The next action of every live episode of a round's turn, sampled by the run's engine
+    (`sampling.engine`, flows/sampler.py): the policy in this process, seeded by (run seed,
+    iteration, round, turn), or a vLLM server synced to `version`, which has no per-request
+    seed (its samples are not reproducible by a rerun)."""
     s = cfg.sampling
-    gen = None if greedy else stages.sampling_generator(cfg.seed, iteration, _salt(round_, turn, k))
+    request = SampleRequest(contexts, 1, s.temperature, s.top_p, max_new_tokens, tuple(s.stop),
+                            greedy, None if greedy else stages.sampling_seed(
+                                cfg.seed, iteration, _salt(round_, turn, k)))
     t0 = time.perf_counter()
-    with torch_threads.budget(cfg.threads.torch), \
+    local = s.engine == "local"
+    with torch_threads.budget(cfg.threads.torch) if local else nullcontext(), \
             Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
                      "sequences") as shown:
-        out = sample_actions(model, contexts, max_new_tokens, s.temperature, s.top_p,
-                             greedy=greedy, batch_size=s.batch_size, generator=gen,
-                             stop=tuple(s.stop), progress=shown)
+        out = as_samples(request, sampler.sample(cfg, version, request, shown))
     return out, time.perf_counter() - t0
 
 
@@ -142,7 +144,8 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
                         0.0 if math.isnan(r["advantage"]) else r["advantage"],
                         reward=r["reward"], group_id=r["group_id"],
                         completion_mask=r.get("completion_mask"),
-                        version=r.get("policy_version")) for r in rows]
+                        version=r.get("policy_version"),
+                        engine_sampled=cfg.sampling.engine != "local") for r in rows]
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
     # On rl.processes ranks: this process for one, the resident trainer group for more (or
     # with rl.overlap, beside the sampler), its ranks placed on this machine or (rl.placement

@@ -172,9 +172,13 @@ def heldout_tasks(cfg: RunConfig) -> list[Task]:
     return [t for t in task_pool(cfg) if t.split == "heldout"]
 
 
+def sampling_seed(seed: int, iteration: int, salt: str) -> int:
+    return int(hashlib.sha256(f"{seed}:{iteration}:{salt}".encode()).hexdigest()[:12], 16)
+
+
 def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
     g = torch.Generator()
-    g.manual_seed(int(hashlib.sha256(f"{seed}:{iteration}:{salt}".encode()).hexdigest()[:12], 16))
+    g.manual_seed(sampling_seed(seed, iteration, salt))
     return g
 
 

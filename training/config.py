@@ -58,6 +58,33 @@ class SamplingConfig(BaseModel):
     batch_size: int = Field(64, ge=1, description="sequences generated together")
     stop: list[str] = Field(default_factory=list, description="stop sequences: a completion ends "
                             "at the token that completes one (its text is cut before it)")
+    engine: Literal["local", "vllm"] = Field(
+        "local", description="who samples: `local`, the policy in the flow's own process "
+        "(training/generate.py's KV-cache loop; the tiny byte-level default's engine); `vllm`, a "
+        "vLLM server (engine/: `make engine` builds it) that the run starts once on loopback, "
+        "syncs to each new version (LoRA adapters loaded by version, full weights by a restart) "
+        "and stops at its end, or the one at `engine_url`. Hugging Face policies only")
+    engine_url: str | None = Field(
+        None, description="a vLLM server already running (http://host:port), serving this run's "
+        "base model, started with --enable-lora for a LoRA policy: rollforge neither starts, "
+        "restarts nor stops it, and syncs only LoRA adapters into it (their folder must be "
+        "readable at the same path there). None: rollforge runs its own")
+    engine_threads: int | None = Field(
+        None, ge=1, description="OpenMP threads of the managed vLLM server's forward pass; None: "
+        "the run's `threads.torch` budget (the server and the flow's torch take turns: one samples "
+        "while the other waits)")
+    engine_kv_cache_gib: int = Field(4, ge=1, description="the managed server's KV-cache memory, GiB")
+    engine_max_num_seqs: int = Field(64, ge=1, description="sequences the managed server decodes "
+                                     "together (continuous batching)")
+
+    @model_validator(mode="after")
+    def _engine_url_needs_vllm(self):
+        if self.engine_url is not None and self.engine != "vllm":
+            raise ValueError(f"sampling.engine_url is set ({self.engine_url}) but sampling.engine "
+                             f"is {self.engine!r}: set sampling.engine: vllm to use it")
+        if self.engine_url is not None and not self.engine_url.startswith(("http://", "https://")):
+            raise ValueError(f"sampling.engine_url={self.engine_url!r}: expected http://host:port")
+        return self
 
 
 class SFTConfig(BaseModel):
@@ -183,10 +210,15 @@ class RLConfig(BaseModel):
         "against the update's starting weights and each token weighted by pi_start/pi_sampler, "
         "truncated at off_policy_is_cap. The update runs in a resident trainer process beside "
         "the sampler, each on half the cores (training/group.py); needs keep_checkpoints >= 3")
+    logprob_gap_warn: float = Field(
+        0.05, gt=0, description="the run warns when an update's mean |sampler - trainer| "
+        "log-prob gap on the same tokens (train/logprob_gap_mean, nats) is over this: the "
+        "sampler and the trainer no longer compute the same policy")
     off_policy_is_cap: float = Field(
         2.0, ge=1, description="upper bound of the per-token importance weight "
-        "pi_start/pi_sampler of samples drawn by an older version (truncated importance "
-        "sampling); used only when the update's samples are stale (rl.overlap)")
+        "pi_start/pi_sampler of samples drawn by an older version (rl.overlap) or by "
+        "another engine (sampling.engine: vllm) (truncated importance sampling); unused when "
+        "the update's own weights sampled in this process")
 
     @field_validator("processes", mode="before")
     @classmethod

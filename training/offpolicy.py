@@ -55,3 +55,42 @@ def starting_logprobs(engine, live: list[RLSample], plan, tok, policy: PolicyCon
         for row, i in enumerate(idx):
             out[i] = completion_values(logp, row, part[row])
     return out
+
+
+GAP_OVER = 0.1  # |log-prob gap| in nats above which a token counts in `train/logprob_gap_over`
+
+
+class LogprobGap:
+    """The gap between the sampler's log-probs and the trainer's on the same tokens, under the
+    weights that sampled them (the update's starting weights, on-policy samples only): mean and
+    max |delta| over policy tokens, the share of tokens over GAP_OVER nats, and the mean
+    |p_trainer - p_sampler| (verl's rollout_probs_diff_mean). Near 0 when the same code in the
+    same precision samples and trains; an engine in another precision or with other kernels
+    shows here first, and a growing gap biases every update."""
+
+    def __init__(self) -> None:
+        self.sum = self.prob_sum = self.over = self.tokens = 0.0
+        self.max = 0.0
+
+    def add(self, trainer_logp: torch.Tensor, sampler_logp: torch.Tensor,
+            mask: torch.Tensor) -> None:
+        with torch.no_grad():
+            m = mask.bool()
+            if not bool(m.any()):
+                return
+            t, s = trainer_logp.detach().float()[m], sampler_logp.float()[m]
+            d = (t - s).abs()
+            self.sum += float(d.sum())
+            self.max = max(self.max, float(d.max()))
+            self.over += float((d > GAP_OVER).sum())
+            self.prob_sum += float((t.exp() - s.exp()).abs().sum())
+            self.tokens += float(m.sum())
+
+    def metrics(self) -> dict:
+        if not self.tokens:
+            return {}
+        return {"train/logprob_gap_mean": self.sum / self.tokens,
+                "train/logprob_gap_max": self.max,
+                "train/logprob_gap_over": self.over / self.tokens,
+                "train/prob_gap_mean": self.prob_sum / self.tokens,
+                "train/logprob_gap_tokens": int(self.tokens)}

@@ -26,7 +26,7 @@ from training.episodes import policy_token_units
 from training.lora import ADAPTERS_OFF, autocast, prepare_for_training, reference_view
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import loss_units, plan_update
-from training.offpolicy import completion_values, starting_logprobs, truncated_is
+from training.offpolicy import LogprobGap, completion_values, starting_logprobs, truncated_is
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
 from training.progress import Progress
 
@@ -45,6 +45,10 @@ class RLSample:
     completion_mask: list[int] | None = None  # [T] 1 = policy token, 0 = environment token
     # (a multi-turn episode's observations; training/episodes.py); None: all policy tokens
     version: int | None = None  # the policy version that sampled it; None: the update's own
+    # old_logprobs came from another engine (vLLM): other kernels, maybe another precision, so
+    # the update takes its ratio against its own starting log-probs and weights each token by
+    # pi_start/pi_sampler, truncated (as for an older version's samples; verl's TIS)
+    engine_sampled: bool = False
 
 
 def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
@@ -347,9 +351,11 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     # Samples of an older version than the one updated (rl.overlap): the decoupled objective
     # needs each token's log-prob under the starting weights (`prox`, by live index).
     stale = [s.version for s in live if s.version is not None and s.version != version]
+    correct = bool(stale) or any(s.engine_sampled for s in live)
     prox: dict[int, list[float]] = {}
-    if stale:
+    if correct:
         prox = starting_logprobs(engine, live, plan, tok, policy, rl, temperature)
+    gap = LogprobGap()
     is_stats = {"weight": 0.0, "capped": 0.0, "tokens": 0.0}
     loss_fn = LOSSES[rl.algorithm]
     extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
@@ -370,7 +376,11 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                 logp = token_logprobs(engine, b, temperature, tok.banned_ids)
             old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
             is_weight = None
-            if stale:
+            if e == 0:  # the starting weights: the sampler's log-probs of its own samples
+                on = [r for r, x in enumerate(part) if x.version in (None, version)]
+                if on:
+                    gap.add(logp[on], old[on], b.loss_mask[on])
+            if correct:
                 if e == 0:  # no optimizer step before epoch 1: these are the starting weights
                     for row, i in enumerate(mb.indices):
                         prox.setdefault(i, completion_values(logp, row, part[row]))
@@ -433,11 +443,13 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
         extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
     if stats["replay_nll"]:
         extra_metrics["train/replay_nll"] = float(np.mean(stats["replay_nll"]))
+    extra_metrics.update(gap.metrics())
     if stale:
-        n = max(is_stats["tokens"], 1.0)
         extra_metrics.update({"train/stale_samples": len(stale),
-                              "train/staleness": version - min(stale),
-                              "train/is_weight_mean": is_stats["weight"] / n,
+                              "train/staleness": version - min(stale)})
+    if correct:
+        n = max(is_stats["tokens"], 1.0)
+        extra_metrics.update({"train/is_weight_mean": is_stats["weight"] / n,
                               "train/is_weight_capped": is_stats["capped"] / n})
     meta = {"version": version + 1, "kind": rl.algorithm,
             **metrics, **extra_metrics, "engine": eng.engine_facts(rl), "rl": rl.model_dump(),

@@ -33,7 +33,9 @@ def run(tmp_path_factory):
     sets = [SOURCES, f"out_dir={out}", "iterations=1", "eval_every=1",
             "tasks.tasks_per_iteration=2", "tasks.heldout_samples=1", "tasks.refill_rounds=0",
             "sampling.group_size=2", "sampling.max_new_tokens=48", "sampling.batch_size=8",
-            "policy.max_len=512", "rl.micro_batch_size=4"]
+            "policy.max_len=512", "rl.micro_batch_size=4",
+            # the in-process sampler (the engine on this model: tests/integration/test_engine_run.py)
+            "sampling.engine=local"]
     cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(ROOT / "configs/smollm2.yaml")]
     for s in sets:
         cmd += ["--set", s]

@@ -373,3 +373,38 @@ def test_starting_log_probs_are_computed_for_the_samples_a_rank_meets_only_after
     assert set(out) == {i for mb in plan.steps[1] for i in mb.indices} - first != set()
     for i, values in out.items():
         assert values == pytest.approx(exact[i], abs=1e-5)
+
+
+def _own_logprobs(run_dir, samples):
+    """Each sample's completion log-probs under version 0, as the trainer computes them."""
+    from training.batch import make_batch, token_logprobs  # noqa: PLC0415
+
+    model = load_policy(str(checkpoints.checkpoint_dir(run_dir, 0) / "model")).eval()
+    tok = model.rollforge_tokenizer
+    b = make_batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples],
+                   tok.pad_token_id, POLICY.max_len)
+    with torch.no_grad():
+        lp = token_logprobs(model, b, 1.0, tok.banned_ids)
+    return [lp[i, len(s.prompt_ids) - 1:len(s.prompt_ids) - 1 + len(s.completion_ids)].tolist()
+            for i, s in enumerate(samples)]
+
+
+def test_the_logprob_gap_is_zero_for_the_trainers_own_logprobs_and_measured_for_an_engines(
+        base, tmp_path):
+    """Sampled log-probs equal to the trainer's: no gap, no correction. Another engine's, off
+    by 0.2 nats on every token: a gap of 0.2 on all tokens, and (engine_sampled) every token
+    weighted pi_start/pi_sampler = exp(-0.2) by the truncated importance correction."""
+    own = _own_logprobs(str(base), _samples())
+    exact = [dataclasses.replace(s, old_logprobs=lp) for s, lp in zip(_samples(), own)]
+    out = grpo_update(_copy(base, tmp_path, "exact"), 0, exact, POLICY, RLConfig(), 1.0, 0)
+    assert out["train/logprob_gap_mean"] < 1e-5 and out["train/logprob_gap_over"] == 0
+    assert "train/is_weight_mean" not in out
+    off = [dataclasses.replace(s, old_logprobs=[x + 0.2 for x in s.old_logprobs],
+                               engine_sampled=True) for s in exact]
+    out = grpo_update(_copy(base, tmp_path, "engine"), 0, off, POLICY, RLConfig(), 1.0, 0)
+    assert out["train/logprob_gap_mean"] == pytest.approx(0.2, abs=1e-4)
+    assert out["train/logprob_gap_max"] == pytest.approx(0.2, abs=1e-4)
+    assert out["train/logprob_gap_over"] == 1.0
+    assert out["train/logprob_gap_tokens"] == sum(len(s.completion_ids) for s in exact)
+    assert out["train/is_weight_mean"] == pytest.approx(math.exp(-0.2), abs=1e-4)
+    assert out["train/is_weight_capped"] == 0

@@ -1,0 +1,247 @@
+"""Who samples a run's policy (`sampling.engine`), kept in step with the policy's versions.
+
+`local`: the policy in this process (engine.boundary.LocalSampler), loaded per version.
+`vllm`: one vLLM server per run and process, started at the first sample stage that needs it
+and stopped by `close_engines` when the flow ends (a server rollforge started never outlives
+the process: engine/vllm_server.py). Before a version samples, the server is brought to it:
+
+    LoRA policy:  base model served once; version v's adapter loaded as `v<v>` (runtime loading),
+                  the version before unloaded: seconds, not a restart
+    full weights: the server restarted on version v's checkpoint folder
+
+The seconds each sync took are `engine/sync_s` of the iteration. When a managed server dies
+mid-stage (killed, crashed), the stage restarts it, syncs it, and samples the whole request
+again: a stage's result is all of its completions or none, so no row is lost or duplicated.
+A server at `sampling.engine_url` is someone else's: only adapters are loaded into it, and when
+it is gone the stage fails (and is retried by its stage policy).
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from engine.boundary import Completion, LocalSampler, SampleRequest
+from engine.vllm_sampler import VLLMSampler
+from engine.vllm_server import EngineError, ServerSettings, VLLMServer, lora_settings
+from flows.config import RunConfig
+from training import checkpoints
+from training.lora import BASE_FILE, is_adapter_dir
+
+log = logging.getLogger(__name__)
+
+ENGINE_RESTARTS = 2  # restarts of a dead managed server within one stage before it fails
+
+
+def model_dir(run_dir: str, version: int) -> Path:
+    return checkpoints.checkpoint_dir(run_dir, version) / "model"
+
+
+@functools.lru_cache(maxsize=4)
+def policy_tokenizer(run_dir: str, version: int):
+    """The tokenizer saved with a version (the one its policy loads with), without the model."""
+    from training.tokenizer import load_tokenizer  # noqa: PLC0415
+
+    return load_tokenizer(str(model_dir(run_dir, version)))
+
+
+def sample(cfg: RunConfig, version: int, request: SampleRequest, progress=None) -> list[Completion]:
+    """`request` sampled by the run's engine at policy `version` (prompt-major completions)."""
+    if cfg.sampling.engine == "local":
+        from training.trainer import policy_for_sampling  # noqa: PLC0415
+
+        return LocalSampler(policy_for_sampling(cfg.run_dir, version),
+                            cfg.sampling.batch_size).sample(request, progress)
+    return engine_for(cfg).sample(version, request, progress)
+
+
+def grouped(request: SampleRequest) -> list[tuple[list[int], SampleRequest]]:
+    """A request of n=1 prompts split so that equal prompts go together as one prompt with
+    n = their count (the engine prefills a group's prompt once): [(positions, request)], where
+    the request's completions, prompt-major, belong to `positions` in that order."""
+    if request.n != 1:
+        return [(list(range(request.size)), request)]
+    where: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    for i, p in enumerate(request.prompts):
+        where[p].append(i)
+    by_count: dict[int, list[tuple[int, ...]]] = defaultdict(list)
+    for p, idx in where.items():
+        by_count[len(idx)].append(p)
+    out = []
+    for n, prompts in sorted(by_count.items()):
+        positions = [i for p in prompts for i in where[p]]
+        out.append((positions, SampleRequest(prompts, n, request.temperature, request.top_p,
+                                             request.max_new_tokens, request.stop, request.greedy)))
+    return out
+
+
+class RunEngine:
+    """A run's vLLM server and the policy version it serves."""
+
+    def __init__(self, cfg: RunConfig):
+        self.cfg = cfg
+        self.server: VLLMServer | None = None
+        self.version: int | None = None
+        self.adapter: str | None = None  # the loaded adapter requests name (LoRA policies)
+        self.banned: tuple[int, ...] = ()
+        self.syncs: list[float] = []  # seconds of each sync to a new version (engine/sync_s)
+        self.restarts = 0  # restarts of a dead server (engine/restarts)
+
+    # -- settings ------------------------------------------------------------------------
+    def _lora(self) -> bool:
+        return self.cfg.policy.lora_rank > 0
+
+    def _base(self, version: int) -> str:
+        """The base model folder a LoRA version's adapter adapts (its `rollforge_base.json`)."""
+        import json  # noqa: PLC0415
+
+        from training.pretrained import resolve  # noqa: PLC0415
+
+        record = model_dir(self.cfg.run_dir, version) / BASE_FILE
+        base = json.loads(record.read_text()).get("model_path") if record.is_file() else None
+        base = resolve(base or self.cfg.policy.model_path or "")
+        if not Path(base).is_dir():
+            raise EngineError(f"the vLLM engine serves a Hugging Face model folder; the policy's base "
+                              f"is {base!r}: convert it first (`rollforge model convert`) and set "
+                              "policy.model_path to the folder")
+        return base
+
+    def _settings(self, model: str, tokenizer: str | None) -> ServerSettings:
+        s, cfg = self.cfg.sampling, self.cfg
+        threads = s.engine_threads or (cfg.threads.torch if isinstance(cfg.threads.torch, int)
+                                       else len(os.sched_getaffinity(0)))
+        extra, env = ((), {}) if not self._lora() else lora_settings(cfg.policy.lora_rank)
+        if tokenizer:
+            extra = (*extra, "--tokenizer", tokenizer)
+        return ServerSettings(model=model, threads=threads, kv_cache_gib=s.engine_kv_cache_gib,
+                              max_num_seqs=s.engine_max_num_seqs, max_model_len=cfg.policy.max_len,
+                              seed=cfg.seed, log_dir=str(Path(cfg.run_dir) / "engine"),
+                              extra_args=extra, extra_env=env)
+
+    def _byte_tokenizer(self) -> str:
+        """The byte tokenizer as Hugging Face files (the server needs one for stop strings)."""
+        from training.tokenizer import byte_tokenizer_hf  # noqa: PLC0415
+
+        out = Path(self.cfg.run_dir) / "engine" / "byte-tokenizer"
+        if not (out / "tokenizer.json").is_file():  # written aside, then renamed into place
+            tmp = out.with_name(f".{out.name}-{os.getpid()}")
+            byte_tokenizer_hf().save_pretrained(str(tmp))
+            # vLLM reads a tokenizer folder's config.json too (it retries for seconds without one)
+            shutil.copy(model_dir(self.cfg.run_dir, 0) / "config.json", tmp / "config.json")
+            try:
+                os.rename(tmp, out)
+            except OSError:  # another process's is there already
+                shutil.rmtree(tmp, ignore_errors=True)
+        return str(out)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def _start(self, version: int) -> None:
+        path = model_dir(self.cfg.run_dir, version)
+        tok = policy_tokenizer(self.cfg.run_dir, version)
+        self.banned = tuple(tok.banned_ids)
+        if self.cfg.sampling.engine_url:
+            if self.server is None:
+                self.server = VLLMServer.connect(self.cfg.sampling.engine_url)
+            return
+        model = self._base(version) if self._lora() else str(path)
+        tokenizer = self._byte_tokenizer() if tok.kind == "byte" else None
+        if self.server is not None:
+            self.server.stop()
+        self.server = VLLMServer(self._settings(model, tokenizer)).start()
+        self.adapter = None
+
+    def sync(self, version: int) -> None:
+        """Bring the server to `version` (start it on first use)."""
+        if self.server is not None and self.server.managed and not self.server.alive():
+            self.restarts += 1  # died since it last sampled: the start below replaces it
+            log.warning("the vLLM server died (log %s): starting a new one", self.server.log_path)
+            self.server.stop()
+            self.server, self.version, self.adapter = None, None, None
+        if self.version == version and self.server is not None:
+            return
+        t = time.perf_counter()
+        lora = self._lora()
+        if self.server is None or not lora:
+            if self.cfg.sampling.engine_url and not lora:
+                raise EngineError(f"sampling.engine_url={self.cfg.sampling.engine_url}: a server "
+                                  "rollforge does not run can only be synced to LoRA adapters "
+                                  "(policy.lora_rank > 0); for full weights let the run start its "
+                                  "own (leave engine_url unset)")
+            self._start(version)
+        if lora:
+            name = f"{self.cfg.run_id}-v{version}"  # a shared server may hold other runs'
+            self.server.load_adapter(name, model_dir(self.cfg.run_dir, version).resolve())
+            old, self.adapter = self.adapter, name
+            if old is not None and old != name:
+                self.server.unload_adapter(old)
+        self.version = version
+        self.syncs.append(time.perf_counter() - t)
+        log.info("engine at %s serves policy v%d (synced in %.1fs)", self.server.base_url,
+                 version, self.syncs[-1])
+
+    def sample(self, version: int, request: SampleRequest, progress=None) -> list[Completion]:
+        for attempt in range(ENGINE_RESTARTS + 1):
+            try:
+                self.sync(version)
+                sampler = VLLMSampler(self.server, self.banned, model_name=self.adapter)
+                return _scatter(request, [(pos, sampler.sample(req, progress))
+                                          for pos, req in grouped(request)])
+            except EngineError:
+                s = self.server
+                if s is None or not s.managed or s.alive() or attempt == ENGINE_RESTARTS:
+                    raise
+                # the next sync finds it dead and starts a new one; the request is sampled again
+        raise AssertionError("unreachable")
+
+    def take_metrics(self) -> dict:
+        """engine/* metrics since the last call (an iteration's)."""
+        out = {"engine/syncs": len(self.syncs), "engine/restarts": self.restarts}
+        if self.syncs:
+            out["engine/sync_s"] = sum(self.syncs)
+        self.syncs, self.restarts = [], 0
+        return out
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.version, self.adapter = None, None, None
+
+
+def _scatter(request: SampleRequest, parts) -> list[Completion]:
+    """The grouped requests' completions back in the order of `request`'s prompts."""
+    out: list[Completion | None] = [None] * request.size
+    for positions, comps in parts:
+        for pos, c in zip(positions, comps):
+            out[pos] = Completion(pos, c.token_ids, c.logprobs, c.finish_reason, c.text)
+    assert all(c is not None for c in out)
+    return out
+
+
+_ENGINES: dict[str, RunEngine] = {}  # run folder -> its engine, in this process
+
+
+def engine_for(cfg: RunConfig) -> RunEngine:
+    key = str(Path(cfg.run_dir).resolve())
+    eng = _ENGINES.get(key)
+    if eng is None or eng.cfg.hash() != cfg.hash():
+        if eng is not None:
+            eng.close()
+        eng = _ENGINES[key] = RunEngine(cfg)
+    return eng
+
+
+def engine_metrics(cfg: RunConfig) -> dict:
+    """The run's engine/* metrics since the last call; {} for the local sampler."""
+    eng = _ENGINES.get(str(Path(cfg.run_dir).resolve()))
+    return eng.take_metrics() if eng is not None else {}
+
+
+def close_engines() -> None:
+    """Stop every server this process started (the flow's end)."""
+    for eng in list(_ENGINES.values()):
+        eng.close()
+    _ENGINES.clear()
