@@ -3,8 +3,10 @@
 boundary (engine/boundary.py): 8 prompts x n=8 completions of up to 256 tokens at T 1.0, real
 prompts (4 held-out procedural function tasks, 4 HumanEval problems, in the model's chat
 template). Prints tokens/s side by side and their ratio, the server's first and warm start
-seconds, and the gap between the engine's log-probs and the trainer's (the policy's fp32
-forward on the same ids, training/batch.py `token_logprobs`).
+seconds, the gap between the engine's log-probs and the trainer's (the policy's fp32
+forward on the same ids, training/batch.py `token_logprobs`), and the weight sync of a LoRA
+policy (an adapter version loaded into a running server, the one before unloaded) with the
+same request sampled through the adapter; a full-weight sync is a restart (the warm start).
 
     make model engine
     .venv/bin/python bench/bench_engine.py [--threads 2] [--max-num-seqs 64] [--dtype float32]
@@ -12,7 +14,7 @@ forward on the same ids, training/batch.py `token_logprobs`).
         [--temperature 1.0] [--top-p 1.0] [--cold] [--skip-local] [--json out.json]
 
 Order: the local sampler first (no server running), then the server's first start, a warm-up
-request, the timed request, a stop and a second (warm) start. `--cold` deletes vLLM's compile
+request, the timed request, a stop and a second (warm) start; then a LoRA-enabled server. `--cold` deletes vLLM's compile
 cache first, so the first start compiles (as on a new machine).
 """
 from __future__ import annotations
@@ -84,6 +86,54 @@ def logprob_gap(model, req: SampleRequest, out, temperature: float, micro: int =
             "p99_abs": d.quantile(0.99).item(), "frac_over_0.1": (d > 0.1).float().mean().item()}
 
 
+def lora_sync(model, model_dir: str, settings: ServerSettings, req: SampleRequest,
+              temperature: float) -> dict:
+    """Weight sync of a LoRA policy: a server on the base with runtime adapter loading; two
+    adapter versions (rank 16 on every linear layer, random non-zero B so they change the
+    policy) saved as a run saves them and loaded by name, the older unloaded, timed; the
+    request sampled through the newer and its log-probs compared with the PEFT model's."""
+    import dataclasses  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from engine.vllm_server import lora_settings  # noqa: PLC0415
+    from training.config import PolicyConfig  # noqa: PLC0415
+    from training.lora import apply_lora  # noqa: PLC0415
+
+    extra, env = lora_settings(16)
+    folder = Path(tempfile.mkdtemp(prefix="rollforge-lora-bench-"))
+    adapters = []
+    for v in range(2):
+        torch.manual_seed(v)
+        peft = apply_lora(load_pretrained(model_dir), PolicyConfig(model_path=model_dir,
+                                                                   lora_rank=16, lora_alpha=32))
+        with torch.no_grad():
+            for name, p in peft.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.02)
+        peft.save_pretrained(str(folder / f"v{v}"))
+        adapters.append(peft.eval())
+    server = VLLMServer(dataclasses.replace(settings, extra_args=(*settings.extra_args, *extra),
+                                            extra_env={**settings.extra_env, **env})).start()
+    out: dict = {"start_s": server.starts[-1], "load_s": []}
+    try:
+        t = time.perf_counter()
+        server.load_adapter("v0", folder / "v0")
+        out["load_s"].append(time.perf_counter() - t)
+        t = time.perf_counter()
+        server.load_adapter("v1", folder / "v1")
+        server.unload_adapter("v0")
+        out["sync_s"] = time.perf_counter() - t
+        engine = VLLMSampler(server, banned_ids=model.rollforge_tokenizer.banned_ids,
+                             model_name="v1")
+        comps, secs = timed(engine, req)
+        out.update(summary(comps, secs))
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+    out["logprob_gap"] = logprob_gap(adapters[1], req, comps, temperature)
+    return out
+
+
 def summary(out, seconds: float) -> dict:
     tokens = sum(len(c.token_ids) for c in out)
     return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
@@ -111,6 +161,7 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true", help="delete vLLM's compile cache first")
     ap.add_argument("--skip-local", action="store_true")
     ap.add_argument("--skip-warm-start", action="store_true")
+    ap.add_argument("--skip-lora", action="store_true", help="skip the LoRA weight-sync part")
     ap.add_argument("--json", help="also write the figures to this file")
     a = ap.parse_args()
     # A `timeout` or a ^C must still stop the server (its own session does not get the signal).
@@ -176,6 +227,9 @@ def main() -> None:
     finally:
         server.stop()
     res["engine"]["logprob_gap"] = logprob_gap(model, req, out, a.temperature)
+    if not a.skip_lora:
+        res["lora"] = lora_sync(model, model_dir, settings, req, a.temperature)
+
 
     print("\n| sampler | tokens | seconds | tok/s | finished stop/length | log-prob gap to "
           "the trainer, mean / max |")
@@ -188,6 +242,13 @@ def main() -> None:
     if "local" in res:
         res["ratio"] = res["engine"]["tok_s"] / res["local"]["tok_s"]
         print(f"\nengine / local tokens/s: {res['ratio']:.2f}x")
+    if "lora" in res:
+        lo = res["lora"]
+        print(f"weight sync: LoRA adapter load {lo['load_s'][0]:.2f} s (first), "
+              f"{lo['sync_s']:.2f} s (next version: load + unload the last); full weights = a "
+              f"warm restart ({res.get('warm_start_s', float('nan')):.0f} s); through the "
+              f"adapter {lo['tok_s']:.1f} tok/s, log-prob gap mean / max "
+              f"{lo['logprob_gap']['mean_abs']:.2e} / {lo['logprob_gap']['max_abs']:.2e}")
     print(f"server start: first {res['first_start_s']:.0f} s, warm "
           f"{res.get('warm_start_s', float('nan')):.0f} s; settings {json.dumps(res['settings'])}")
     if a.json:
