@@ -7,7 +7,7 @@ import json
 import sys
 
 # Kinds that generate no tasks of their own are attacked on a shipped task file.
-DEFAULT_FILES = {"testfile": "tasks/data/testfile_basics.jsonl"}
+DEFAULT_FILES = {"testfile": "envs/testfile/data/basics.jsonl"}
 DEFAULT_KINDS = ("io", "humaneval", "dataframe", "testfile", "agent", "ops", "logic", "repo")
 
 

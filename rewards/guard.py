@@ -33,7 +33,7 @@ nothing that earns credit).
 Flag vocabulary (also used by the grader): file_access, process_control, forbidden_import,
 introspection, builtins_tampering, harness_tampering, timeout_evasion, exit_called, early_exit,
 non_plain_result, forged_record, fake_success_report; the test-file verifier's
-(rewards/testfile_tests.py): pytest_tampering, forged_report, tests_modified,
+(envs/testfile/grading.py): pytest_tampering, forged_report, tests_modified,
 collection_mismatch, exit_code_mismatch, skipped_test, exit_hook.
 """
 

@@ -1,6 +1,6 @@
 """Reading back the two records of a graded pytest run: pytest's junit XML and the summary the
-grader's plugin writes (rewards/testfile_plugin.py). One reader for every verifier that runs
-that plugin (the test-file verifier, rewards/testfile_tests.py; the repo kind,
+grader's plugin writes (envs/testfile/plugin.py). One reader for every verifier that runs
+that plugin (the test-file verifier, envs/testfile/grading.py; the repo kind,
 envs/repo/grading.py), so a record one of them refuses the other refuses too.
 
 Both readers fail closed: anything that is not what pytest or the plugin writes (too big, not
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-# The plugin's outcomes, worst last (rewards/testfile_plugin.py ranks them the same way).
+# The plugin's outcomes, worst last (envs/testfile/plugin.py ranks them the same way).
 RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4}
 
 

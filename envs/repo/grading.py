@@ -1,7 +1,7 @@
 """Running a repository's tests in the sandbox and judging them (kind `repo`, envs/repo/env.py).
 
 One run is pytest in a fresh sandbox over the whole tree, with the grader's plugin
-(rewards/testfile_plugin.py) as the root `conftest.py`, the grader's `pytest.ini` and a per-run
+(envs/testfile/plugin.py) as the root `conftest.py`, the grader's `pytest.ini` and a per-run
 nonce; the named tests are passed as node ids. The build (stable tests, which tests a mutant
 turns red) and the grade use this same run.
 
@@ -27,11 +27,11 @@ import secrets
 from dataclasses import dataclass, field, replace
 from posixpath import basename
 
+from envs.testfile.grading import testfile_hack_flags
+from envs.testfile.plugin import PLUGIN_SOURCE
 from rewards import plain_compare, pyast
 from rewards.io_tests import TestReport
 from rewards.pytest_reports import junit_cases, read_summary
-from rewards.testfile_plugin import PLUGIN_SOURCE
-from rewards.testfile_tests import testfile_hack_flags
 from sandbox.base import ExecResult, Limits, Sandbox
 
 CONFTEST, INI = "conftest.py", "pytest.ini"

@@ -11,7 +11,7 @@ import pytest
 from envs.base import StepContext
 from envs.registry import make_env
 from envs.testfile import TestFileEnv
-from rewards.testfile_tests import TestFilePayload, judge
+from envs.testfile.grading import TestFilePayload, judge
 from rewards.aggregate import RewardConfig
 from sandbox.base import ExecResult
 from sandbox.config import SandboxConfig

@@ -21,7 +21,7 @@ def ctx():
 
 @pytest.fixture(scope="module")
 def tasks():
-    ts = {t.task_id: t for t in load_tasks("tasks/data/testfile_basics.jsonl")}
+    ts = {t.task_id: t for t in load_tasks("envs/testfile/data/basics.jsonl")}
     # one pytest-format task, one asserts-format task (whose names are copied into the tests)
     return [ts["testfile-basics/shout"], ts["testfile-basics/first_char"]]
 

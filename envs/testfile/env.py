@@ -1,16 +1,16 @@
 """Kind `testfile`: the task carries a test file (pytest, or MBPP-style `assert` lines) run in
 the sandbox against the candidate module; the verifier, its payload and its threat model are in
-rewards/testfile_tests.py, the grader's pytest plugin in rewards/testfile_plugin.py."""
+envs/testfile/grading.py, the grader's pytest plugin in envs/testfile/plugin.py."""
 from __future__ import annotations
 
 from dataclasses import replace
 
 from envs.base import SingleTurnEnv
+from envs.testfile.grading import (TestFilePayload, payload_problems, run_test_file,
+                                   solution_source, testfile_hack_flags)
 from rewards import pyast
 from rewards.io_tests import TestReport
 from rewards.static_checks import StaticReport, check_static
-from rewards.testfile_tests import (TestFilePayload, payload_problems, run_test_file,
-                                    solution_source, testfile_hack_flags)
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -46,7 +46,7 @@ class TestFileEnv(SingleTurnEnv):
         return {"pass": "    pass\n"} if task.entry_point else {"empty": ""}
 
     def attacks(self, task: Task) -> list:
-        from envs.testfile_hacks import attacks  # noqa: PLC0415 (the suite builds on envs.hacks)
+        from envs.testfile.hacks import attacks  # noqa: PLC0415 (the suite builds on envs.hacks)
 
         return attacks(task)
 

@@ -1,8 +1,8 @@
-"""Writes tasks/data/testfile_basics.jsonl from its source, testfile_basics.yaml: small Python
+"""Writes envs/testfile/data/basics.jsonl from its source, basics.yaml: small Python
 functions, each graded by its own test file (kind `testfile`), one in four held out. The .jsonl
 is what a run reads (`file:` of a task source).
 
-    .venv/bin/python tasks/data/build_testfile_basics.py
+    .venv/bin/python envs/testfile/data/build_basics.py
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from tasks.files import save_tasks  # noqa: E402
 from tasks.record import Task  # noqa: E402
 
-SOURCE = Path(__file__).with_name("testfile_basics.yaml")
-OUT = Path(__file__).with_name("testfile_basics.jsonl")
+SOURCE = Path(__file__).with_name("basics.yaml")
+OUT = Path(__file__).with_name("basics.jsonl")
 # Every fourth task held out, so each family has some (a run may re-split them with the
 # source's `heldout_fraction`).
 HELDOUT_EVERY = 4

@@ -1,7 +1,7 @@
-"""The `testfile` verifier (kind `testfile`, envs/testfile.py): the task carries a test file
+"""The `testfile` verifier (kind `testfile`, envs/testfile/env.py): the task carries a test file
 (pytest, or MBPP-style `assert` lines) that runs in the sandbox against the candidate module;
 per-test outcomes come from pytest's junit XML, checked against a second record written by the
-grader's own plugin (rewards/testfile_plugin.py).
+grader's own plugin (envs/testfile/plugin.py).
 
 The answer: with an `entry_point`, the task's prompt (signature + docstring) plus the completion
 is `solution.py`, as for `io` tasks; without one (a whole-module task, the prompt is prose), the
@@ -31,16 +31,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from envs.testfile.plugin import INI_SOURCE as _INI_SOURCE
+from envs.testfile.plugin import PLUGIN_SOURCE as _PLUGIN
+from envs.testfile.plugin import TEST_FILE as _TEST_FILE
+from envs.testfile.plugin import TEST_MODULE
 from rewards import plain_compare, pyast
 from rewards.io_tests import Outcome, TestReport, missing_outcome
 from rewards.pytest_reports import RANK, junit_cases, read_summary
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
-
-from rewards.testfile_plugin import INI_SOURCE as _INI_SOURCE
-from rewards.testfile_plugin import PLUGIN_SOURCE as _PLUGIN
-from rewards.testfile_plugin import TEST_FILE as _TEST_FILE
-from rewards.testfile_plugin import TEST_MODULE
 
 _CONFTEST, _INI = "conftest.py", "pytest.ini"
 _RESERVED = {TEST_MODULE, "conftest", "pytest", "_pytest", "pluggy", "py"}

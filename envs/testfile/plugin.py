@@ -1,12 +1,12 @@
 """The grader's pytest plugin for test-file tasks, shipped into the sandbox as `conftest.py`
-on every run (rewards/testfile_tests.py says what it guards and why), and the pytest config."""
+on every run (envs/testfile/grading.py says what it guards and why), and the pytest config."""
 from __future__ import annotations
 
 TEST_MODULE = "test_task"  # the test file's module name in the sandbox
 TEST_FILE = f"{TEST_MODULE}.py"
 
 PLUGIN_SOURCE = r'''
-"""rollforge's grading plugin: written by the grader on every run (rewards/testfile_plugin.py)."""
+"""rollforge's grading plugin: written by the grader on every run (envs/testfile/plugin.py)."""
 import _thread, gc as _gc, json as _json, os as _os, signal as _signal
 import sys as _sys, time as _time, types as _types
 import pytest
