@@ -92,7 +92,7 @@ serve: setup
 clean:
 	rm -rf $(VENV) runs
 
-# Multi-turn agent episodes on the edge-case families (sandbox/EPISODES.md).
+# Multi-turn agent episodes on the edge-case families (envs/agent/EPISODES.md).
 run-episodes: setup
 	$(VENV)/bin/rollforge run --config configs/episodes.yaml
 

@@ -9,7 +9,7 @@ repository's environment layer (its pytest and test dependencies), with only the
 written: the rest is the extracted sdist as the run's base (sandbox/base.py `BaseTree`), which
 the process backend shows read-only in place rather than copies.
 
-Actions (text outside them is ignored; the format of sandbox/EPISODES.md, more verbs):
+Actions (text outside them is ignored; the format of envs/agent/EPISODES.md, more verbs):
 
     <ls path="DIR"/>                          files under DIR (default: the root)
     <read path="FILE" start="N" end="M"/>     lines N..M with their numbers (default: 1..200)

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from rewards.episode_grading import completion_from_file, make_grader
+from envs.agent.episode import ActionError, EpisodeEnv, parse_actions, read_manifest, truncate
+from envs.agent.grading import completion_from_file, make_grader
+from envs.agent.scripts import CHECK_NO_START, read_visible
 from sandbox.base import ExecResult, Limits
 from sandbox.config import SandboxConfig
-from sandbox.episode import ActionError, EpisodeEnv, parse_actions, read_manifest, truncate
-from sandbox.episode_scripts import CHECK_NO_START, read_visible
 from sandbox.registry import make_sandbox
 from tasks.record import Task, TestCase
 
@@ -248,7 +248,7 @@ def test_a_printed_count_is_flagged_and_the_verdict_stays_the_environments(env):
 
 
 def test_the_runs_nonce_is_out_of_the_solutions_reach(env, monkeypatch):
-    monkeypatch.setattr("sandbox.episode.secrets.token_hex", lambda n: "feedface" * 4)
+    monkeypatch.setattr("envs.agent.episode.secrets.token_hex", lambda n: "feedface" * 4)
     search = '''import os, re, sys
 NEEDLE = ("feedface" * 2 + "FEEDFACE".lower() * 2).encode()
 def scan(where, data):

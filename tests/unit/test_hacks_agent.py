@@ -1,4 +1,4 @@
-"""The agent kind's hack suite (envs/agent_hacks.py) with visible-progress shaping on, through
+"""The agent kind's hack suite (envs/agent/hacks.py) with visible-progress shaping on, through
 the real episode, the hidden-test grader and the process sandbox (issue 34).
 
 What a run pays for an episode is its grade's reward plus its shaping (flows/episodes.py
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from envs.agent import AgentEnv
-from envs.agent_hacks import partial_solution
+from envs.agent.hacks import partial_solution
 from envs.base import StepContext
 from envs.hacks import run_suite
 from rewards.aggregate import RewardConfig

@@ -4,7 +4,7 @@ tests in a fresh sandbox with `rewards.score.score`.
 Only that one file's text is taken; every other file the agent wrote (a fake `harness.py`, an
 `inputs.json`, a `conftest.py`) stays behind, because `score` builds its own sandbox files.
 The flags the episode raised on the way (a forged visible count, a forged file manifest,
-sandbox/episode.py) join the grade's own: a flagged episode gets no credit, whatever its hidden
+envs/agent/episode.py) join the grade's own: a flagged episode gets no credit, whatever its hidden
 tests say, exactly as a flagged answer does (rewards/aggregate.py).
 """
 from __future__ import annotations
@@ -60,6 +60,6 @@ def grade_files(task: Task, files: Mapping[str, str], sandbox: Sandbox, limits: 
 
 def make_grader(sandbox: Sandbox, limits: Limits, cfg: RewardConfig | None = None
                 ) -> Callable[[Task, Mapping[str, str], Sequence[str]], dict]:
-    """A `grade(task, files, flags)` for `sandbox.episode.EpisodeEnv`."""
+    """A `grade(task, files, flags)` for `envs.agent.episode.EpisodeEnv`."""
     cfg = cfg or RewardConfig()
     return lambda task, files, flags=(): grade_files(task, files, sandbox, limits, cfg, flags)

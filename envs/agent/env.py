@@ -1,8 +1,8 @@
 """Kind `agent`: multi-turn agent episodes over function tasks. The policy writes files, runs
 the visible tests, reads the output, fixes, submits; the hidden tests of the task's own kind
-grade the workspace's solution.py in a fresh sandbox (sandbox/episode.py, sandbox/EPISODES.md,
-rewards/episode_grading.py). Its options are the run config's `episodes` section; its own
-tasks are procedural ones (`procedural`), or a source's task file.
+grade the workspace's solution.py in a fresh sandbox (envs/agent/episode.py,
+envs/agent/EPISODES.md, envs/agent/grading.py). Its options are the run config's `episodes`
+section; its own tasks are procedural ones (`procedural`), or a source's task file.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class EpisodeConfig(BaseModel):
     intro: Literal["prompt", "brief", "full"] = Field(
         "prompt", description="the first observation: prompt = the task prompt only (for a "
         "small policy warm-started on the action format); brief = instructions + prompt; full = "
-        "instructions + prompt + the visible examples (sandbox/episode.py)")
+        "instructions + prompt + the visible examples (envs/agent/episode.py)")
     shaping: Literal["none", "visible_progress"] = Field(
         "none", description="per-turn shaping added to the final reward: visible_progress = "
         "shaping_coef x (best visible pass fraction reached by any turn's `<run_tests/>`), the sum "
@@ -110,8 +110,8 @@ class AgentEnv(Environment):
         return task
 
     def _env(self, ctx: StepContext | None):
-        from rewards.episode_grading import make_grader  # noqa: PLC0415
-        from sandbox.episode import EpisodeEnv  # noqa: PLC0415
+        from envs.agent.grading import make_grader  # noqa: PLC0415
+        from envs.agent.episode import EpisodeEnv  # noqa: PLC0415
 
         c = self.config
         sandbox, limits = (ctx.sandbox, ctx.limits) if ctx else (None, None)
@@ -138,7 +138,7 @@ class AgentEnv(Environment):
         return StepResult(env.state(), obs, done, info)
 
     def attacks(self, task: Task) -> list:
-        from envs.agent_hacks import attacks  # noqa: PLC0415
+        from envs.agent.hacks import attacks  # noqa: PLC0415
 
         return attacks(task)
 

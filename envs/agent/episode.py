@@ -9,12 +9,12 @@ when an episode ends or fails. That is how "one sandbox for the whole episode" i
 workspace persists across turns, the processes do not. It also makes the whole episode a small
 plain value (`EpisodeState`): `state()` / `from_state()` move it between processes, so any
 worker of a cluster can run any episode's next step. The final grade is an injected
-`grade(task, files, flags) -> dict` (see `rewards/episode_grading.py`). The action format is
-documented in `sandbox/EPISODES.md`.
+`grade(task, files, flags) -> dict` (see `envs/agent/grading.py`). The action format is
+documented in `envs/agent/EPISODES.md`.
 
 Reward integrity (issue 34): nothing the candidate's processes print is read as a verdict. The
 visible count of `<run_tests/>` is the environment's own, from values that come back on a
-channel authenticated by a per-run nonce (sandbox/episode_scripts.py); the files a `<run>`
+channel authenticated by a per-run nonce (envs/agent/scripts.py); the files a `<run>`
 leaves come back through a manifest whose every entry is checked. What imitates the
 environment (a forged record or count line, a manifest entry the runner never writes, a
 program printing the environment's verdict) raises a flag in the turn's `info["hack_flags"]`,
@@ -31,10 +31,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping
 
+from envs.agent.scripts import CHECK_SOURCE as _CHECK_SOURCE
+from envs.agent.scripts import CHECK_NO_START, IMITATION, read_visible
+from envs.agent.scripts import RUN_SOURCE as _RUN_SOURCE
 from sandbox.base import ExecResult, Limits, Sandbox
-from sandbox.episode_scripts import CHECK_SOURCE as _CHECK_SOURCE
-from sandbox.episode_scripts import CHECK_NO_START, IMITATION, read_visible
-from sandbox.episode_scripts import RUN_SOURCE as _RUN_SOURCE
 from sandbox.fork_server import trust_script
 from sandbox.workspace import check_relpath
 

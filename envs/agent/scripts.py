@@ -1,4 +1,4 @@
-"""The helper programs an episode runs inside the sandbox (sandbox/episode.py): the visible-
+"""The helper programs an episode runs inside the sandbox (envs/agent/episode.py): the visible-
 example checker behind `<run_tests/>` and the runner behind `<run>`; and `read_visible`, which
 reads the checker's output back, trusting none of what the candidate could have written.
 
