@@ -10,7 +10,7 @@ nothing themselves such as namedtuples), and otherwise fails the test with the f
 `non_plain_result`. `pytest.approx(x)` stays the test's own object; its `x` is checked.
 Identity tests (`is`, `is not`) are left alone: no method of the operand decides them.
 
-The checker is the grader plugin's (envs/testfile/plugin.py), imported by a first line the
+The checker is the grader plugin's (envs/testfile/plugin/values.py), imported by a first line the
 rewrite adds from a module that exists only while the tests are collected; the plugin checks
 before and after every test that the test module still holds it and is otherwise as collected.
 """

@@ -1,5 +1,5 @@
 """Reading back the two records of a graded pytest run: pytest's junit XML and the summary the
-grader's plugin writes (envs/testfile/plugin.py). One reader for every verifier that runs
+grader's plugin writes (envs/testfile/plugin/). One reader for every verifier that runs
 that plugin (the test-file verifier, envs/testfile/grading.py; the repo kind,
 envs/repo/grading.py), so a record one of them refuses the other refuses too.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-# The plugin's outcomes, worst last (envs/testfile/plugin.py ranks them the same way).
+# The plugin's outcomes, worst last (envs/testfile/plugin/hooks.py ranks them the same way).
 RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4}
 
 

@@ -1,7 +1,7 @@
 """Running a repository's tests in the sandbox and judging them (kind `repo`, envs/repo/env.py).
 
 One run is pytest in a fresh sandbox over the whole tree, with the grader's plugin
-(envs/testfile/plugin.py) as the root `conftest.py`, the grader's `pytest.ini` and a per-run
+(envs/testfile/plugin/) as the root `conftest.py`, the grader's `pytest.ini` and a per-run
 nonce; the named tests are passed as node ids. The build (stable tests, which tests a mutant
 turns red) and the grade use this same run.
 

@@ -1,6 +1,6 @@
 """Kind `testfile`: the task carries a test file (pytest, or MBPP-style `assert` lines) run in
 the sandbox against the candidate module; the verifier, its payload and its threat model are in
-envs/testfile/grading.py, the grader's pytest plugin in envs/testfile/plugin.py."""
+envs/testfile/grading.py, the grader's pytest plugin in envs/testfile/plugin/."""
 from __future__ import annotations
 
 from dataclasses import replace

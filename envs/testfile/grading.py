@@ -1,7 +1,7 @@
 """The `testfile` verifier (kind `testfile`, envs/testfile/env.py): the task carries a test file
 (pytest, or MBPP-style `assert` lines) that runs in the sandbox against the candidate module;
 per-test outcomes come from pytest's junit XML, checked against a second record written by the
-grader's own plugin (envs/testfile/plugin.py).
+grader's own plugin (envs/testfile/plugin/).
 
 The answer: with an `entry_point`, the task's prompt (signature + docstring) plus the completion
 is `solution.py`, as for `io` tasks; without one (a whole-module task, the prompt is prose), the

@@ -1,0 +1,148 @@
+"""The grading plugin's pytest hooks (envs/testfile/plugin/__init__.py joins the parts): the
+per-test time limit (SIGALRM, or SIGPROF for CPU seconds), collection (the snapshot taken, the
+plugin and the test modules out of sys.modules, the checker module there for the collection
+only), each test's outcome ranked worst-last into the run's record, and the session's end,
+which opens the one window in which the report files may be written."""
+
+GLOBALS = r'''
+class RollforgeTimeout(Exception):
+    """A test ran past its time limit."""
+'''
+
+BODY = r'''
+    def alarm(signum, frame):
+        raise RollforgeTimeout("rollforge-timeout: the test ran past %ss%s"
+                               % (per_test, " of CPU" if cpu else ""))
+
+    def worst(nodeid, outcome, error=None):
+        old = rec["outcomes"].get(nodeid, "passed")
+        if RANK[outcome] > RANK[old]:
+            rec["outcomes"][nodeid] = outcome
+            if error:
+                rec["errors"][nodeid] = error
+        else:
+            rec["outcomes"].setdefault(nodeid, old)
+
+    RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4}
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_collection(session):
+        snap["objects"], snap["hooks"] = take(), hooks(session.config)  # before the candidate
+        snap["importers"] = importers()
+        if _sys.modules.get("conftest") is me:
+            del _sys.modules["conftest"]  # the tested code gets no name to reach the plugin by
+        if cfg.get("preimport"):
+            # the candidate's module first, so its import-time code runs before any test module
+            # exists; a failure here is raised again by the test module's own import
+            try:
+                __import__(cfg["preimport"])
+            except BaseException:
+                pass
+        # the checker the rewritten tests import (rewards/plain_compare.py), for the collection
+        # only: after it the tested code has no name to reach it by either
+        checker = _types.ModuleType(_CHECKER_MODULE)
+        checker.check = checked
+        _sys.modules[_CHECKER_MODULE] = checker
+        return (yield)
+
+    code_of = type_dict(fn_type)["__code__"].__get__
+
+    def pytest_collection_finish(session):
+        rec["collected"] = [i.nodeid for i in session.items]
+        if importers() != snap["importers"]:
+            flag("pytest_tampering")  # an import hook could hand pytest tests of its own
+        for item in session.items:
+            mod = getattr(item, "module", None)
+            if mod is not None and id_(mod) not in map(id_, test_mods):
+                test_mods[mod] = module_state(mod)
+            fn = getattr(item, "obj", None)
+            # a test function compiled from the test file, not planted under its name
+            if type_(fn) is fn_type and tests and realpath(
+                    code_of(fn).co_filename) not in test_paths:
+                flag("tests_modified")
+        tests_intact()
+        # out of sys.modules: the tested code has no name to reach the tests or the grader by
+        _sys.modules.pop(_CHECKER_MODULE, None)
+        # (a repository's tests stay: pickling a test's own function finds it by its module)
+        for mod in list(test_mods) if mode != "probe" else ():
+            name = getattr(mod, "__name__", None)
+            if name and _sys.modules.get(name) is mod:
+                del _sys.modules[name]
+
+    def pytest_collectreport(report):
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = str(getattr(crash, "message", "") or report.longrepr)
+            rec["collect_errors"].append([report.nodeid, text[-400:]])
+        elif report.skipped:
+            rec["collect_errors"].append([report.nodeid, "Skipped"])
+            flag("skipped_test")
+
+    def pytest_internalerror(excrepr, excinfo):
+        rec["internal_error"] = excinfo.typename if excinfo is not None else "INTERNALERROR"
+        if excinfo is not None and excinfo.typename in ("SystemExit", "Exit"):
+            flag("exit_called")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item):
+        if getsignal(SIG) is not alarm:
+            flag("timeout_evasion")
+            setsignal(SIG, alarm)
+        tests_intact()
+        setitimer(TIMER, per_test)
+        start = cpu_now()
+        try:
+            return (yield)
+        finally:
+            setitimer(TIMER, 0)
+            tests_intact()
+            threads_left()
+            # each test's CPU seconds (its call, as the limit counts them): the repo builder
+            # rejects what runs near the limit, so no decision of its hangs on the load
+            used = rnd(cpu_now() - start, 3)
+            rec["cpu"][item.nodeid] = larger(used, rec["cpu"].get(item.nodeid, 0.0))
+            if getsignal(SIG) is not alarm:
+                flag("timeout_evasion")
+            setsignal(SIG, alarm)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item, call):
+        report = yield
+        exc = call.excinfo
+        if exc is None:
+            worst(item.nodeid, "passed")
+        elif exc.errisinstance(RollforgeTimeout):
+            worst(item.nodeid, "timeout", "Timeout")
+        elif exc.errisinstance(pytest.skip.Exception):
+            worst(item.nodeid, "skipped")
+            flag("skipped_test")
+        elif exc.errisinstance((AssertionError, pytest.fail.Exception)) and call.when == "call":
+            worst(item.nodeid, "failed")
+        else:
+            worst(item.nodeid, "error", exc.typename)
+            if exc.typename in ("SystemExit", "Exit", "KeyboardInterrupt"):
+                flag("exit_called")
+        return report
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_sessionfinish(session, exitstatus):
+        if state["sealed"]:
+            return (yield)
+        if snap:
+            tampered(session.config)
+        gc_collect()  # no finalizer of the candidate's runs while the report files are open
+        gc_disable()
+        state["open"] = True
+        try:
+            return (yield)
+        finally:
+            rec["exitstatus"] = int(session.exitstatus)
+            rec["cpu_total"] = rnd(cpu_now(), 3)
+            rec["flags"] = list(seen)
+            try:
+                with fopen(summary_name, "w") as fh:
+                    fh.write(dumps(rec))
+            finally:
+                state["open"], state["sealed"] = False, True
+                gc_enable()
+'''
