@@ -10,9 +10,10 @@ With `--run`, instead: per family, the held-out greedy pass rate, share of valid
 steps over steps written) and mean chain length of the run's first checkpoint (the SFT start)
 and its last, graded by the kind (the run's own held-out evaluation keeps pass rates only).
 
-Also prints, per hack case (envs/logic/env.py `hack_answers`), the highest reward any task gave
-it (must be 0.000) and the share of tasks that flagged it (1.000 for every cheat; the empty
-answer is no cheat and is not flagged).
+Also prints, per answer of the task check (`env.trivial_answers`: the hack suite's `TASK_CHECK`
+in envs/logic/hacks.py, the old cheats, the issue-34 chain and the curried chain), the highest
+reward any task gave it (must be 0.000) and the share of tasks that flagged it (1.000 for
+each, the empty answer too: `no_steps`). The whole suite is `rollforge hacks logic`.
 """
 from __future__ import annotations
 

@@ -1,10 +1,17 @@
-"""Reading a harness's output back, trusting none of it, and the runtime flags it reveals.
+"""Reading a function harness's records back, trusting none of them, and the runtime flags
+they reveal (the io and dataframe harness, rewards/harness.py; the HumanEval one,
+rewards/humaneval_harness.py, per sample).
 
-The harness writes one JSON record per line. The candidate shares that process, so it could write
-records too: anything an honest harness never writes (a second answer for one call, an index out
-of range, a record after `done`, an unknown shape) is dropped and flagged `forged_record`. The
-first answer per call wins, which is the harness's own unless the candidate guessed the value,
-which it could as well have returned.
+The candidate runs in a forked process of its own; a record reaches the stream read here only
+when the guard wrote it, keyed, and the parent relayed it without the key (rewards/guard.py).
+Whatever else the candidate wrote on the record pipe arrives as one `{"flag": "forged_record"}`
+record, and a sample that ended before the harness was done as `{"flag": "early_exit"}`.
+`parse_records` still trusts nothing: anything an honest harness never writes (a line that is
+not JSON, an unknown shape, a second answer for one call, an index out of range, a record after
+`done`) is dropped and flagged `forged_record`; a run that ended `ok` without `done` is flagged
+`early_exit`, a `SystemExit` `exit_called`. `imitates_a_record` tells a forgery in the
+candidate's prints (a record-shaped line: `fake_success_report`) from an honest program's
+"3 passed"; the static checks (rewards/static_checks.py) use it on string literals too.
 """
 from __future__ import annotations
 
