@@ -49,7 +49,7 @@ BODY = r'''
 
     def pytest_collection_finish(session):
         rec["collected"] = [i.nodeid for i in session.items]
-        if importers() != snap["importers"]:
+        if importers_moved():
             flag("pytest_tampering")  # an import hook could hand pytest tests of its own
         for item in session.items:
             mod = getattr(item, "module", None)

@@ -31,6 +31,17 @@ BODY = r'''
     def importers():
         return (tuple(map(id_, _sys.meta_path)), tuple(map(id_, _sys.path_hooks)))
 
+    def importers_moved():
+        """Whether the import machinery changed since the snapshot in a way that could serve
+        pytest a test module: any change for a test file's candidate; for a repository, a
+        finder or path hook removed, replaced or put ahead of those there before. A package
+        may append finders of its own (toolz's `tlz` does, to build a module at import): behind
+        the standard ones, which find every test file first, they never see a test module."""
+        now, was = importers(), snap["importers"]
+        if cfg.get("plain") != "probe":
+            return now != was
+        return any(n[:len(w)] != w for n, w in zip(now, was))
+
     def hooks(config):
         pm = config.pluginmanager
         return (frozenset(map(id, pm.get_plugins())),
@@ -45,7 +56,7 @@ BODY = r'''
             flag("builtins_tampering")
         if any(not (k[0] == "builtins" or k == ("m", "builtins")) for k in changed):
             flag("pytest_tampering")
-        if hooks(config) != snap["hooks"] or importers() != snap["importers"]:
+        if hooks(config) != snap["hooks"] or importers_moved():
             flag("pytest_tampering")
         if getsignal(SIG) is not alarm:
             flag("timeout_evasion")
