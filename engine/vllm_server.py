@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Literal
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_VENV = ROOT / ".engine-venv"
+# the engine's venv: `make engine` builds .engine-venv; ROLLFORGE_ENGINE_VENV names another
+DEFAULT_VENV = Path(os.environ.get("ROLLFORGE_ENGINE_VENV") or ROOT / ".engine-venv")
 
 
 class EngineError(RuntimeError):

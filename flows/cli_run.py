@@ -27,6 +27,7 @@ def register(subparsers) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from flows.cli import UsageError
+    from engine.vllm_server import EngineError
     from flows.config import ConfigError, load_config
 
     import json
@@ -39,7 +40,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, overrides)
         check_resume(cfg)  # before anything starts; the flow checks again
+        from flows.sampler import preflight
+
+        preflight(cfg)
     except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    except EngineError as exc:  # sampling.engine: vllm, and the engine is not built
         raise UsageError(str(exc)) from None
     from flows.env import apply_defaults
 

@@ -30,7 +30,7 @@ from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # no
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
-from flows.sampler import close_engines, engine_metrics, policy_tokenizer
+from flows.sampler import close_engines, engine_metrics, policy_tokenizer, preflight
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
@@ -88,6 +88,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
     log = get_run_logger()
     if config_file:
         log.info(f"config from {config_file} (the config parameter is not used)")
+    preflight(cfg)
     begin_run(cfg)
     if cfg.rl.overlap:  # no update is out yet: what a killed one left staging can go
         checkpoints.clear_staging(cfg.run_dir)

@@ -44,6 +44,18 @@ def model_dir(run_dir: str, version: int) -> Path:
     return checkpoints.checkpoint_dir(run_dir, version) / "model"
 
 
+def preflight(cfg: RunConfig) -> None:
+    """Refuse a run whose engine cannot exist before anything starts (EngineError naming what
+    to run): `sampling.engine: vllm` without an engine_url needs the engine's venv."""
+    if cfg.sampling.engine == "vllm" and not cfg.sampling.engine_url:
+        from engine.vllm_server import engine_python  # noqa: PLC0415
+
+        try:
+            engine_python()
+        except EngineError as exc:
+            raise EngineError(f"sampling.engine is vllm: {exc}") from None
+
+
 @functools.lru_cache(maxsize=4)
 def policy_tokenizer(run_dir: str, version: int):
     """The tokenizer saved with a version (the one its policy loads with), without the model."""

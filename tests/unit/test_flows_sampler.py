@@ -71,3 +71,18 @@ def test_a_request_of_groups_already_is_left_as_it_is():
 def test_engine_settings_are_checked_at_the_door(sampling, named):
     with pytest.raises(ValueError, match=named):
         validate_config({"sampling": sampling})
+
+
+def test_a_run_on_an_engine_that_is_not_built_exits_2_naming_what_to_run(tmp_path):
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import os  # noqa: PLC0415
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "run", "--set", f"out_dir={tmp_path}",
+         "--set", "sampling.engine=vllm"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "ROLLFORGE_ENGINE_VENV": str(tmp_path / "no-engine")})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "sampling.engine is vllm" in proc.stderr and "make engine" in proc.stderr
+    assert not (tmp_path / "default").exists()
