@@ -90,6 +90,36 @@ ATTACKS = [
     Attack("builtins_patched", "shadow a builtin the tests may call",
            _body("return None", "import builtins as _b\n_b.sorted = lambda *a, **k: []\n"),
            ("builtins_tampering",), _has_entry),
+    # pytest's Config is in module globals (MARK_GEN._config, pytestPDB._config, the assertion
+    # rewriter on sys.meta_path), and from it the plugin module; a closure's cells raise no audit
+    # event and are writable, so the plugin hands out only sealed functions (plugin/seal.py)
+    Attack("plugin_closure_cells", "through pytest's Config to the plugin's checker, its cell "
+           "`plain` made to pass anything (the `_f` behind a sealed function), then a liar",
+           _body("_c = getattr(getattr(__import__('_py' + 'test.mark.structures', "
+                 "fromlist=['x']), 'MARK_GEN'), '_config')\n"
+                 "for _p in _c.pluginmanager.get_plugins():\n"
+                 "    _k = getattr(_p, '__roll' + 'forge_plain__', None)\n"
+                 "    if _k is not None and getattr(_k, '__clo' + 'sure__') is None:\n"
+                 "        _k = getattr(_k, '__kwdef' + 'aults__')['_f']\n"
+                 "    for _cell in (getattr(_k, '__clo' + 'sure__', None) or ()):\n"
+                 "        if getattr(_cell.cell_contents, '__name__', '') == 'plain':\n"
+                 "            _cell.cell_contents = lambda v, s, b: True\n"
+                 f"return {_ALWAYS}"), ("introspection",), _has_entry),
+    Attack("plugin_constants_rebound", "through pytestPDB's Config to the plugin module: its "
+           "_DECIDING emptied, put back by the liar's __eq__ (a str subclass) before the end",
+           _body("_c = getattr(getattr(__import__('_py' + 'test.debugging', fromlist=['x']), "
+                 "'py' + 'testPDB'), '_config')\n"
+                 "_g = [p for p in _c.pluginmanager.get_plugins() if hasattr(p, '_DECIDING')][0]\n"
+                 "_old = getattr(_g, '_DECIDING')\nsetattr(_g, '_DECIDING', ())\n"
+                 "def _eq(s, o):\n    setattr(_g, '_DECIDING', _old)\n    return True\n"
+                 "return type('S', (str,), {'__eq__': _eq, '__hash__': str.__hash__})('x')"),
+           ("non_plain_result", "pytest_tampering"), _has_entry),
+    Attack("builtins_patched_transiently", "builtins.any made to say no while the checker "
+           "looks at a str subclass, put back by its __eq__ before the end",
+           _body("_b = __import__('buil' + 'tins')\n_any = _b.any\n_b.any = lambda it: False\n"
+                 "def _eq(s, o):\n    _b.any = _any\n    return True\n"
+                 "return type('S', (str,), {'__eq__': _eq, '__hash__': str.__hash__})('x')"),
+           ("non_plain_result", "builtins_tampering"), _has_entry),
     Attack("thread", "start a thread that outlives the test",
            _body("getattr(__import__('thre' + 'ading'), 'Thread')(target=print).start()\n"
                  "return None"), ("thread_started",), _has_entry),

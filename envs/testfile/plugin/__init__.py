@@ -11,6 +11,7 @@ parts by idea, each a module with the part's module-level constants (`GLOBALS`) 
 from inside a function (those run after `_install` has returned).
 
 - bindings: the names bound first, the run's record and the flag line;
+- seal: the entry points, the only functions handed out (no closure, no global read);
 - audit: the audit hook (which code is the candidate's, what it is denied) and the thread guard;
 - snapshot: the test framework's state, taken before the candidate runs, compared at the end;
 - values: only plain values are compared (`checked`; in probe mode unittest's assertions too);
@@ -19,12 +20,12 @@ from inside a function (those run after `_install` has returned).
 """
 from __future__ import annotations
 
-from envs.testfile.plugin import audit, bindings, hooks, module_state, snapshot, values
+from envs.testfile.plugin import audit, bindings, hooks, module_state, seal, snapshot, values
 
 TEST_MODULE = "test_task"  # the test file's module name in the sandbox
 TEST_FILE = f"{TEST_MODULE}.py"
 
-PARTS = (bindings, audit, snapshot, values, module_state, hooks)
+PARTS = (bindings, seal, audit, snapshot, values, module_state, hooks)
 
 # The module's first lines: the plugin's imports and the run's config (the grader replaces
 # @@CONFIG@@ with the repr of a dict).
@@ -38,19 +39,19 @@ _CONFIG = @@CONFIG@@
 '''
 
 # The last lines of `_install` and of the module: the timer armed, the audit hook added (from
-# here on nothing can remove it), the checker and the hooks handed to the module's names,
-# where the tests and pytest find them.
+# here on nothing can remove it). The module's entry points (the checker, pytest's hooks) were
+# sealed by `_install` (seal.py), which runs with globals of its own, a copy of the module's
+# with a copy of builtins: the tested code can reach the module (it is a registered plugin)
+# and builtins, and rebind their names; no check reads those.
 _TAIL = r'''
     setsignal(SIG, alarm)
     _sys.addaudithook(hook)
-    return checked, (pytest_collection, pytest_collection_finish, pytest_collectreport,
-            pytest_internalerror, pytest_runtest_call, pytest_runtest_makereport,
-            pytest_sessionfinish)
 
 
-__rollforge_plain__, (
-    pytest_collection, pytest_collection_finish, pytest_collectreport, pytest_internalerror,
-    pytest_runtest_call, pytest_runtest_makereport, pytest_sessionfinish) = _install(_CONFIG)
+_install = _types.FunctionType(
+    _install.__code__, dict(globals(), __builtins__=dict(vars(__import__("builtins")))),
+    "_install")
+_install(_CONFIG)
 del _install, _CONFIG
 '''
 

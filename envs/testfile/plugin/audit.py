@@ -79,6 +79,15 @@ BODY = r'''
     def hook(event, args):
         if event == "sys._getframe" and args and args[0].f_code is own_code:
             return
+        if (event == "object.__getattr__" or event == "object.__setattr__") and len(
+                args) > 1 and args[1] in _SEALED_ATTRS and id(args[0]) in sealed:
+            # an entry point's `_f` is `_install`'s function, whose cells hold the checks
+            # (seal.py): reading it is the tested code's to be denied, setting it anyone's
+            if event == "object.__setattr__" or candidate_running(event):
+                flag("introspection")
+                raise PermissionError("rollforge: the grader's functions are not the tested "
+                                      "code's to open")
+            return
         if (event in _FRAME_EVENTS or event in _THREAD_EVENTS or event == "compile" or (
                 event == "object.__getattr__" and len(args) > 1 and args[1] in _FRAME_ATTRS)):
             if event == "compile":  # code compiled under another file's name hides whose it is
@@ -145,6 +154,7 @@ BODY = r'''
             raise PermissionError("rollforge: threads are denied to the tested code")
         return start_thread(function, args, *(() if kwargs is None else (kwargs,)))
 
+    start_new_thread = seal(_rollforge_start_thread, start_new_thread)
     _thread.start_new_thread = _thread.start_new = start_new_thread
     if "threading" in _sys.modules:
         _sys.modules["threading"]._start_new_thread = start_new_thread

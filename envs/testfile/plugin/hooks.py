@@ -7,12 +7,48 @@ which opens the one window in which the report files may be written."""
 GLOBALS = r'''
 class RollforgeTimeout(Exception):
     """A test ran past its time limit."""
+
+
+# pytest's hooks, sealed (seal.py): each calls its `_f`, the function of the same name in
+# `_install` below.
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_collection(session, *, _f=None):
+    return (yield from _f(session))
+
+
+def pytest_collection_finish(session, *, _f=None):
+    return _f(session)
+
+
+def pytest_collectreport(report, *, _f=None):
+    return _f(report)
+
+
+def pytest_internalerror(excrepr, excinfo, *, _f=None):
+    return _f(excrepr, excinfo)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item, *, _f=None):
+    return (yield from _f(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call, *, _f=None):
+    return (yield from _f(item, call))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session, exitstatus, *, _f=None):
+    return (yield from _f(session, exitstatus))
 '''
 
 BODY = r'''
     def alarm(signum, frame):
         raise RollforgeTimeout("rollforge-timeout: the test ran past %ss%s"
                                % (per_test, " of CPU" if cpu else ""))
+
+    alarm = seal(_rollforge_alarm, alarm)  # the handler pytest_runtest_call checks is in place
 
     def worst(nodeid, outcome, error=None):
         old = rec["outcomes"].get(nodeid, "passed")
@@ -25,8 +61,7 @@ BODY = r'''
 
     RANK = {"passed": 0, "skipped": 1, "failed": 2, "error": 3, "timeout": 4}
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_collection(session):
+    def collection(session):
         snap["objects"], snap["hooks"] = take(), hooks(session.config)  # before the candidate
         snap["importers"] = importers()
         if _sys.modules.get("conftest") is me:
@@ -47,7 +82,7 @@ BODY = r'''
 
     code_of = type_dict(fn_type)["__code__"].__get__
 
-    def pytest_collection_finish(session):
+    def collection_finish(session):
         rec["collected"] = [i.nodeid for i in session.items]
         if importers_moved():
             flag("pytest_tampering")  # an import hook could hand pytest tests of its own
@@ -69,7 +104,7 @@ BODY = r'''
             if name and _sys.modules.get(name) is mod:
                 del _sys.modules[name]
 
-    def pytest_collectreport(report):
+    def collectreport(report):
         if report.failed:
             crash = getattr(report.longrepr, "reprcrash", None)
             text = str(getattr(crash, "message", "") or report.longrepr)
@@ -78,13 +113,12 @@ BODY = r'''
             rec["collect_errors"].append([report.nodeid, "Skipped"])
             flag("skipped_test")
 
-    def pytest_internalerror(excrepr, excinfo):
+    def internalerror(excrepr, excinfo):
         rec["internal_error"] = excinfo.typename if excinfo is not None else "INTERNALERROR"
         if excinfo is not None and excinfo.typename in ("SystemExit", "Exit"):
             flag("exit_called")
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(item):
+    def runtest_call(item):
         if getsignal(SIG) is not alarm:
             flag("timeout_evasion")
             setsignal(SIG, alarm)
@@ -105,8 +139,7 @@ BODY = r'''
                 flag("timeout_evasion")
             setsignal(SIG, alarm)
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(item, call):
+    def makereport(item, call):
         report = yield
         exc = call.excinfo
         if exc is None:
@@ -124,8 +157,7 @@ BODY = r'''
                 flag("exit_called")
         return report
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_sessionfinish(session, exitstatus):
+    def sessionfinish(session, exitstatus):
         if state["sealed"]:
             return (yield)
         if snap:
@@ -145,4 +177,13 @@ BODY = r'''
             finally:
                 state["open"], state["sealed"] = False, True
                 gc_enable()
+
+    for entry, impl in ((pytest_collection, collection),
+                        (pytest_collection_finish, collection_finish),
+                        (pytest_collectreport, collectreport),
+                        (pytest_internalerror, internalerror),
+                        (pytest_runtest_call, runtest_call),
+                        (pytest_runtest_makereport, makereport),
+                        (pytest_sessionfinish, sessionfinish)):
+        seal(entry, impl)
 '''
