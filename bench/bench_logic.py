@@ -144,11 +144,15 @@ def main() -> int:
           f"{1000 * bare_s / steps:>9.2f}")
     print(f"the environment takes {env_s / bare_s:.2f}x the time of the bare checks")
 
-    print(f"\n{'hack case':<20}{'max reward':>11}{'flagged':>9}")
-    for name in env.trivial_answers(tasks[0]):
-        got = [env.grade(t, env.trivial_answers(t)[name], ctx)[0] for t in tasks]
-        print(f"{name:<20}{max(b.reward for b in got):>11.3f}"
-              f"{sum(bool(b.hack_flags) for b in got) / n:>9.3f}")
+    # a case applies to some tasks only (prove and determine tasks have different ones): each
+    # is graded, and its flagged share counted, over the tasks it applies to
+    answers = [env.trivial_answers(t) for t in tasks]
+    names = list(dict.fromkeys(name for a in answers for name in a))
+    print(f"\n{'hack case':<26}{'tasks':>6}{'max reward':>11}{'flagged':>9}")
+    for name in names:
+        got = [env.grade(t, a[name], ctx)[0] for t, a in zip(tasks, answers) if name in a]
+        print(f"{name:<26}{len(got):>6}{max(b.reward for b in got):>11.3f}"
+              f"{sum(bool(b.hack_flags) for b in got) / len(got):>9.3f}")
     return 0
 
 
