@@ -116,6 +116,24 @@ def test_a_run_whose_server_is_killed_mid_iteration_completes_with_the_same_rows
             == sorted(b[b["group_id"].isin(first)]["task_id"]))
 
 
+def test_an_overlapped_run_samples_from_the_engine_while_the_update_trains(tmp_path):
+    """rl.overlap: iteration i samples with version i - 1 from the engine while update i - 1
+    trains in the trainer process; the engine follows the versions it is asked for."""
+    cmd = [sys.executable, "-m", "flows.cli", "run", "--config", str(ROOT / "configs/tiny.yaml"),
+           "--set", f"out_dir={tmp_path}", *[a for s in SETS for a in ("--set", s)],
+           "--set", "iterations=3", "--set", "eval_every=3", "--set", "rl.overlap=true"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1500,
+                          env=standalone_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    run_dir = tmp_path / "tiny"
+    df = read_trajectories(str(run_dir))
+    assert sorted(df.groupby("iteration")["policy_version"].unique().map(list)) == [[0], [0], [1]]
+    m = read_metrics(str(run_dir)).set_index("iteration")
+    assert m.loc[0, "train/logprob_gap_mean"] < 1e-3  # on-policy: v0 sampled, v0 trained
+    assert (m.loc[[1, 2], "train/is_weight_mean"] > 0).all()  # off-policy, corrected
+    assert _servers(run_dir) == []
+
+
 @pytest.fixture(scope="module", params=["adapter", "merged"])
 def lora_run(request, tmp_path_factory):
     """configs/smollm2.yaml (the real model, LoRA) cut to one small iteration, through the
