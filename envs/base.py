@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -187,6 +187,21 @@ class Environment:
         never ran because it does not parse (the reward's `syntax_ok` reads it), and
         `infra_error` only when the host failed, never for anything the answer did."""
         raise NotImplementedError
+
+    # True: `verify_batch` grades several answers in one sandbox run, cheaper than a run each
+    # (`rollforge eval` then cuts the kind's samples into batches: rewards/evaluate.py)
+    verify_in_batches: ClassVar[bool] = False
+
+    def verify_batch(self, items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limits,
+                     per_test_timeout_s: float) -> list[TestReport]:
+        """`verify` of several (task, answer) pairs of this kind, one report each, in order;
+        `limits.timeout_s` bounds each answer, not the batch. A report with `infra_error` is
+        graded again on its own by the caller. One `verify` each unless the kind says."""
+        return [self.verify(t, a, sandbox, limits, per_test_timeout_s) for t, a in items]
+
+    def warm(self, sandbox: Sandbox, runs: int) -> None:
+        """Let `sandbox` start, in the background, what `runs` concurrent `verify_batch` runs
+        will run in, while the caller plans them; nothing unless the kind says."""
 
     def static(self, task: Task, answer: str):
         """Static signals of the answer (a `rewards.static_checks.StaticReport`), or None."""

@@ -3,11 +3,14 @@ assert with partial credit (rewards/humaneval_tests.py). Every problem is held o
 source re-splits them (`heldout_fraction` of the source, by task id)."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.base import Environment
 from envs.functions import FunctionTaskEnv
-from rewards.humaneval_tests import run_humaneval_tests, task_plan
+from rewards.humaneval_tests import (run_humaneval_batch, run_humaneval_tests, task_plan,
+                                     warm_sandbox)
 from rewards.io_tests import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
@@ -23,6 +26,7 @@ class HumanEvalEnv(FunctionTaskEnv):
     name = "humaneval"
     description = "HumanEval (164 problems), graded assert by assert"
     Config = HumanEvalOptions
+    verify_in_batches = True  # a sandbox start costs more than most samples' checks
 
     def generate(self) -> list[Task]:
         from tasks.humaneval import load_humaneval  # noqa: PLC0415
@@ -44,3 +48,10 @@ class HumanEvalEnv(FunctionTaskEnv):
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,
                per_test_timeout_s: float) -> TestReport:
         return run_humaneval_tests(task, answer, sandbox, limits, per_test_timeout_s)
+
+    def verify_batch(self, items: Sequence[tuple[Task, str]], sandbox: Sandbox,
+                     limits: Limits, per_test_timeout_s: float) -> list[TestReport]:
+        return run_humaneval_batch(items, sandbox, limits, per_test_timeout_s)
+
+    def warm(self, sandbox: Sandbox, runs: int) -> None:
+        warm_sandbox(sandbox, runs)

@@ -11,10 +11,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.humaneval_tests import run_humaneval_batch, warm_sandbox
 from rewards.io_tests import TestReport
-from rewards.score import score
-from rewards.static_checks import check_static
+from rewards.score import env_of, score
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -43,18 +41,26 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
                      ) -> list[SampleResult]:
     """Score every (task, completion), `workers` sandbox runs at a time, in input order.
 
-    HumanEval samples go several to a sandbox run (each still in its own process inside it):
-    `batch_size` each, or by default in batches that shrink towards the end (`batches`), so
-    that the workers finish together whatever the samples cost; 1 gives every sample its own
-    sandbox. A sample whose batch hit an infrastructure failure is retried on its own. The
-    sandboxes start in the background at once (`warm_sandbox`), and the static checks run here
-    while the workers wait on their sandboxes.
+    The samples of a kind that grades in batches (`Environment.verify_in_batches`: humaneval)
+    go several to a sandbox run (each still in its own process inside it): `batch_size` each,
+    or by default in batches that shrink towards the end (`batches`), so that the workers
+    finish together whatever the samples cost; 1 gives every sample its own sandbox. A sample
+    whose batch hit an infrastructure failure is retried on its own. The sandboxes start in the
+    background at once (the kind's `warm`), and the static checks run here while the workers
+    wait on their sandboxes.
     """
-    he = [i for i, (t, _) in enumerate(samples) if t.verifier == "humaneval"]
-    jobs = batches(he, workers, batch_size)
-    if he:  # the sandboxes start while the first batches are planned
-        warm_sandbox(sandbox, min(max(1, workers), len(jobs)))
-    jobs += [[i] for i, (t, _) in enumerate(samples) if t.verifier != "humaneval"]
+    envs = [env_of(t) for t, _ in samples]
+    by_kind: dict[str, list[int]] = {}
+    for i, env in enumerate(envs):
+        if env.verify_in_batches:
+            by_kind.setdefault(samples[i][0].kind, []).append(i)
+    jobs: list[list[int]] = []
+    for idx in by_kind.values():  # the sandboxes start while the first batches are planned
+        cut = batches(idx, workers, batch_size)
+        envs[idx[0]].warm(sandbox, min(max(1, workers), len(cut)))
+        jobs += cut
+    batched = {i for idx in by_kind.values() for i in idx}
+    jobs += [[i] for i in range(len(samples)) if i not in batched]
     out: list[SampleResult | None] = [None] * len(samples)
     reports: dict[int, TestReport] = {}
 
@@ -64,10 +70,10 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
         out[i] = SampleResult(task.task_id, bd, rep)
 
     def run(job: list[int]) -> None:
-        if samples[job[0]][0].verifier != "humaneval":
+        if job[0] not in batched:
             return one(job[0])
-        got = run_humaneval_batch([samples[i] for i in job], sandbox, limits,
-                                  cfg.per_test_timeout_s)
+        got = envs[job[0]].verify_batch([samples[i] for i in job], sandbox, limits,
+                                        cfg.per_test_timeout_s)
         for i, rep in zip(job, got):
             if rep.infra_error:
                 one(i)  # score() retries it
@@ -76,7 +82,7 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = [pool.submit(run, job) for job in jobs]
-        static = {i: check_static(samples[i][0].prompt, samples[i][1]) for i in he}
+        static = {i: envs[i].static(*samples[i]) for i in batched}
         for f in futures:
             f.result()
     for i, rep in reports.items():

@@ -4,15 +4,21 @@ another sample's verdict nor its flags; and how samples are cut into runs."""
 from __future__ import annotations
 
 import textwrap
+from typing import ClassVar
 
 import pytest
 
-from rewards.evaluate import batches
+from envs.base import SingleTurnEnv
+from envs.registry import kind_class
+from rewards.aggregate import RewardConfig
+from rewards.evaluate import batches, evaluate_samples
+from rewards.io_tests import TestReport
 from rewards.humaneval_tests import run_humaneval_batch
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
 from tasks.humaneval import humaneval_by_id
+from tasks.record import Task
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +96,36 @@ def test_batches_cover_any_number_of_samples_and_workers(n, workers):
 def test_a_given_batch_size_is_kept():
     assert [len(b) for b in batches(list(range(10)), 2, batch_size=4)] == [4, 4, 2]
     assert [len(b) for b in batches(list(range(3)), 2, batch_size=1)] == [1, 1, 1]
+
+
+class BatchedProbe(SingleTurnEnv):
+    """A kind that grades in batches and records how it was asked to grade."""
+
+    name = "batched_probe"
+    verify_in_batches = True
+    seen: ClassVar[list[str]] = []
+
+    def verify(self, task, answer, sandbox, limits, per_test_timeout_s):
+        self.seen.append("one")
+        return TestReport(("passed",), (), "ok", None)
+
+    def verify_batch(self, items, sandbox, limits, per_test_timeout_s):
+        self.seen.append(f"batch of {len(items)}")
+        return [TestReport(("passed",) if a == "good" else ("failed",), (), "ok", None)
+                for _, a in items]
+
+    def warm(self, sandbox, runs):
+        self.seen.append(f"warm {runs}")
+
+
+def test_any_kind_that_grades_in_batches_gets_its_samples_in_batches():
+    path = f"{__name__}:BatchedProbe"
+    kind_class(path)  # the user named it: its tasks may name it too
+    task = Task(task_id="p/0", suite="probe", family="probe", difficulty=1, split="train",
+                prompt="answer", kind=path)
+    samples = [(task, "good" if i % 2 == 0 else "bad") for i in range(10)]
+    BatchedProbe.seen.clear()
+    results = evaluate_samples(samples, sandbox=None, limits=None, cfg=RewardConfig(), workers=2,
+                               batch_size=4)
+    assert sorted(BatchedProbe.seen) == ["batch of 2", "batch of 4", "batch of 4", "warm 2"]
+    assert [r.breakdown.solved for r in results] == [i % 2 == 0 for i in range(10)]
