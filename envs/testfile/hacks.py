@@ -120,6 +120,15 @@ ATTACKS = [
                  "def _eq(s, o):\n    _b.any = _any\n    return True\n"
                  "return type('S', (str,), {'__eq__': _eq, '__hash__': str.__hash__})('x')"),
            ("non_plain_result", "builtins_tampering"), _has_entry),
+    Attack("report_forced_then_restored", "pytest's TestReport.from_item_and_call patched "
+           "during the test to report a pass, and put back by itself once it has",
+           _body("_r = __import__('_py' + 'test.rep' + 'orts', fromlist=['x'])\n"
+                 "_T = getattr(_r, 'Test' + 'Report')\n_o = vars(_T)['from_item_and_call']\n"
+                 "def _f(cls, item, call):\n    rep = _o.__get__(None, cls)(item, call)\n"
+                 "    setattr(rep, 'out' + 'come', 'pas' + 'sed')\n"
+                 "    setattr(_T, 'from_item_and_call', _o)\n    return rep\n"
+                 "setattr(_T, 'from_item_and_call', classmethod(_f))\nreturn None"),
+           ("pytest_tampering",), _has_entry),
     Attack("thread", "start a thread that outlives the test",
            _body("getattr(__import__('thre' + 'ading'), 'Thread')(target=print).start()\n"
                  "return None"), ("thread_started",), _has_entry),
