@@ -4,7 +4,7 @@ own default (`n_workers=4`, as `evaluate_functional_correctness FILE` runs) and 
 `--workers`; the faster of the two is the baseline. `rollforge eval` runs twice per repeat, with
 the process backend's fork server (the default) and without it (a fresh interpreter per sandbox
 run); all of them alternate, so they see the same load. Every rollforge run is cold, as a user's
-`rollforge eval` is: the planned checks (`rewards.humaneval_plan.cached_plan`, an in-process cache)
+`rollforge eval` is: the planned checks (`envs.humaneval.plan.cached_plan`, an in-process cache)
 are dropped before each, so each run plans every check again (`--warm-plans` keeps them, for
 comparison with figures measured before this was done).
 
@@ -67,10 +67,10 @@ def main() -> int:
     os.environ.setdefault("DO_NOT_TRACK", "1")
 
     from flows.cli_eval import evaluate_file
-    from rewards.humaneval_plan import cached_plan
+    from envs.humaneval.plan import cached_plan
     from sandbox.config import SandboxConfig
     from sandbox.registry import make_sandbox
-    from tasks.humaneval import load_humaneval
+    from envs.humaneval.problems import load_humaneval
 
     tasks = load_humaneval()
     with tempfile.TemporaryDirectory(prefix="rf-bench-eval-") as tmp:

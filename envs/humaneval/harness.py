@@ -22,10 +22,11 @@ Child records: {"flag"}, {"load_error"}, {"loaded"}, {"i", "value"|"error"}, {"d
 """
 from pathlib import Path
 
+from rewards import wire
 from rewards.guard import GUARD_SOURCE
 from sandbox.fork_server import trust_script
 
-_WIRE_SOURCE = Path(__file__).with_name("wire.py").read_text()
+_WIRE_SOURCE = Path(wire.__file__).read_text()
 
 _MAIN_SOURCE = r'''
 import gc as _gc, json as _jsonlib

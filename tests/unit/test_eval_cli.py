@@ -7,7 +7,7 @@ import os
 import pytest
 
 from flows.cli import main
-from tasks.humaneval import load_humaneval
+from envs.humaneval.problems import load_humaneval
 
 
 def write_samples(path, rows):

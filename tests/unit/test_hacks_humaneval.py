@@ -1,4 +1,4 @@
-"""The `humaneval` kind's hack suite (envs/humaneval_hacks.py) through the kind's real grader (the
+"""The `humaneval` kind's hack suite (envs/humaneval/hacks.py) through the kind's real grader (the
 batch harness, a forked process per sample) in the process sandbox: none may earn anything, and
 each must raise a flag it names. The attacks particular to HumanEval run on two problems, the
 single-function attacks it shares with `io` on one (their defence is the same guard, in this
@@ -10,14 +10,14 @@ import pytest
 from envs.base import StepContext
 from envs.functions_hacks import function_attacks
 from envs.hacks import run_suite
-from envs.humaneval_hacks import humaneval_attacks
+from envs.humaneval.hacks import humaneval_attacks
 from envs.registry import make_env
 from rewards import pyast
 from rewards.aggregate import RewardConfig
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.humaneval import humaneval_by_id
+from envs.humaneval.problems import humaneval_by_id
 
 LIMITS = Limits(timeout_s=6.0, memory_mb=256)
 TASKS = ("HumanEval/2", "HumanEval/0")  # a float compared within 1e-6; a bool

@@ -13,11 +13,11 @@ from envs.registry import kind_class
 from rewards.aggregate import RewardConfig
 from rewards.evaluate import batches, evaluate_samples
 from rewards.io_tests import TestReport
-from rewards.humaneval_tests import run_humaneval_batch
+from envs.humaneval.grading import run_humaneval_batch
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.humaneval import humaneval_by_id
+from envs.humaneval.problems import humaneval_by_id
 from tasks.record import Task
 
 

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-from rewards.humaneval_plan import Unplannable, plan_check
-from rewards.humaneval_tests import task_plan
-from tasks.humaneval import data_path, load_humaneval
+from envs.humaneval.plan import Unplannable, plan_check
+from envs.humaneval.grading import task_plan
+from envs.humaneval.problems import data_path, load_humaneval
 
 
 def test_all_164_problems_load_as_humaneval_tasks():

@@ -16,7 +16,7 @@ from rewards.score import score
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.humaneval import humaneval_by_id
+from envs.humaneval.problems import humaneval_by_id
 
 LIMITS = Limits(timeout_s=3.0, memory_mb=512)
 CFG = RewardConfig(hack_penalty=0.0, per_test_timeout_s=0.3)

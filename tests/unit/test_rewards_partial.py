@@ -13,7 +13,7 @@ from rewards import wire
 from sandbox.base import ExecResult, Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.humaneval import humaneval_by_id
+from envs.humaneval.problems import humaneval_by_id
 from tasks.record import Task, TestCase
 
 LIMITS = Limits(timeout_s=3.0)
