@@ -2,7 +2,7 @@
 a grader that runs it in the sandbox and compares its return values outside (envs/hacks.py).
 
 `function_attacks()` are the attacks every such kind shares (`io` uses them as they are;
-`humaneval` and `dataframe` add their own, envs/humaneval/hacks.py, envs/dataframe_hacks.py).
+`humaneval` and `dataframe` add their own, envs/humaneval/hacks.py, envs/dataframe/hacks.py).
 Each answer is the text a policy would send: the body of the prompt's function, sometimes
 followed by top-level code. Names are built from pieces (`"o" + "s"`) where a literal would
 be caught by the static checks alone, so that what is tested is the runtime defence.

@@ -22,7 +22,7 @@ from rewards.guard import GUARD_SOURCE
 from sandbox.fork_server import trust_script
 
 # What a value is allowed to come back as, and the `frames:` conversions (also run in-process by
-# rewards/dataframe_tests.py's `adapter_source`): plain functions, no state.
+# envs/dataframe/grading.py's `adapter_source`): plain functions, no state.
 PLAIN_SOURCE = r'''
 _PLAIN = (int, float, str, bool, type(None))
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from flows.cli import main
 from envs.humaneval.problems import load_humaneval
+from flows.cli import main
 
 
 def write_samples(path, rows):

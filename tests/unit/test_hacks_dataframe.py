@@ -1,4 +1,4 @@
-"""The `dataframe` kind's hack suite (envs/dataframe_hacks.py) through the kind's real grader (the
+"""The `dataframe` kind's hack suite (envs/dataframe/hacks.py) through the kind's real grader (the
 io harness in its `frames:` mode, with pandas) in the process sandbox: none may earn anything, and
 each must raise a flag it names. The attacks particular to pandas and numpy run on two tasks;
 of the single-function attacks, which the io test plays through the same harness, the ones whose
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from envs.base import StepContext
-from envs.dataframe_hacks import dataframe_attacks
+from envs.dataframe.hacks import dataframe_attacks
 from envs.functions_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.registry import make_env

@@ -11,13 +11,13 @@ from envs.base import StepContext
 from envs.functions_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.humaneval.hacks import humaneval_attacks
+from envs.humaneval.problems import humaneval_by_id
 from envs.registry import make_env
 from rewards import pyast
 from rewards.aggregate import RewardConfig
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from envs.humaneval.problems import humaneval_by_id
 
 LIMITS = Limits(timeout_s=6.0, memory_mb=256)
 TASKS = ("HumanEval/2", "HumanEval/0")  # a float compared within 1e-6; a bool

@@ -9,15 +9,15 @@ from typing import ClassVar
 import pytest
 
 from envs.base import SingleTurnEnv
+from envs.humaneval.grading import run_humaneval_batch
+from envs.humaneval.problems import humaneval_by_id
 from envs.registry import kind_class
 from rewards.aggregate import RewardConfig
 from rewards.evaluate import batches, evaluate_samples
 from rewards.io_tests import TestReport
-from envs.humaneval.grading import run_humaneval_batch
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from envs.humaneval.problems import humaneval_by_id
 from tasks.record import Task
 
 

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from envs.humaneval.plan import Unplannable, plan_check
 from envs.humaneval.grading import task_plan
+from envs.humaneval.plan import Unplannable, plan_check
 from envs.humaneval.problems import data_path, load_humaneval
 
 

@@ -10,13 +10,13 @@ import textwrap
 
 import pytest
 
+from envs.humaneval.problems import humaneval_by_id
 from envs.registry import make_env
 from rewards.aggregate import RewardConfig
 from rewards.score import score
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from envs.humaneval.problems import humaneval_by_id
 
 LIMITS = Limits(timeout_s=3.0, memory_mb=512)
 CFG = RewardConfig(hack_penalty=0.0, per_test_timeout_s=0.3)

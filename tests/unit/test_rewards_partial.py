@@ -6,14 +6,14 @@ import math
 import numpy as np
 import pytest
 
+from envs.humaneval.problems import humaneval_by_id
+from rewards import wire
 from rewards.aggregate import RewardConfig, group_advantages
 from rewards.score import score
 from rewards.static_checks import check_static
-from rewards import wire
 from sandbox.base import ExecResult, Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from envs.humaneval.problems import humaneval_by_id
 from tasks.record import Task, TestCase
 
 LIMITS = Limits(timeout_s=3.0)

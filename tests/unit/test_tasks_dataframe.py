@@ -2,12 +2,12 @@
 
 import pytest
 
+from envs.dataframe.families import DF_FAMILIES, generate_dataframe_suite
+from envs.dataframe.grading import ADAPTER_ENTRY, adapter_source, run_dataframe_tests
 from rewards.aggregate import RewardConfig
-from rewards.dataframe_tests import ADAPTER_ENTRY, adapter_source, run_dataframe_tests
 from rewards.io_tests import values_equal
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.dataframe import DF_FAMILIES, generate_dataframe_suite
 from tasks.quality import check_tests_consistent
 
 

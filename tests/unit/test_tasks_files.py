@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.dataframe import generate_dataframe_suite
+from envs.dataframe.families import generate_dataframe_suite
 from tasks.files import TaskFileError, load_tasks, save_tasks
 from tasks.procedural import FAMILIES, generate_suite
 from tasks.record import Task, TestCase

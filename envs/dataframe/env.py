@@ -1,12 +1,12 @@
 """Kind `dataframe`: write a pandas function of a DataFrame; its results on generated frames
-are compared outside the sandbox (rewards/dataframe_tests.py). Needs the interpreter's
+are compared outside the sandbox (envs/dataframe/grading.py). Needs the interpreter's
 site-packages inside the sandbox (pandas)."""
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs.dataframe.grading import run_dataframe_tests
 from envs.functions import FunctionTaskEnv
-from rewards.dataframe_tests import run_dataframe_tests
 from rewards.io_tests import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
@@ -30,14 +30,14 @@ class DataFrameEnv(FunctionTaskEnv):
     site_packages = True
 
     def generate(self) -> list[Task]:
-        from tasks.dataframe import generate_dataframe_suite  # noqa: PLC0415
+        from envs.dataframe.families import generate_dataframe_suite  # noqa: PLC0415
 
         c = self.config
         return generate_dataframe_suite(c.families, c.difficulties, c.tasks_per_family,
                                         c.n_tests, c.seed, c.heldout_fraction)
 
     def attacks(self, task: Task) -> list:
-        from envs.dataframe_hacks import dataframe_attacks  # noqa: PLC0415
+        from envs.dataframe.hacks import dataframe_attacks  # noqa: PLC0415
 
         return dataframe_attacks()
 

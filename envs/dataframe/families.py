@@ -1,5 +1,5 @@
 """A data-analysis suite: the policy writes a pandas function of a generated DataFrame, graded by
-`rewards.dataframe_tests` on hidden frames. Seeded, split by content, a difficulty knob per family.
+`envs.dataframe.grading` on hidden frames. Seeded, split by content, a difficulty knob per family.
 
 Each task's frames have the columns city (str), price (int) and qty (int). Expected results are
 computed in plain Python (not pandas), so the pandas reference is an independent check of them.
