@@ -123,6 +123,7 @@ BODY = r'''
             flag("timeout_evasion")
             setsignal(SIG, alarm)
         tests_intact()
+        framework = pytest_state() if snap else None
         setitimer(TIMER, per_test)
         start = cpu_now()
         try:
@@ -131,6 +132,8 @@ BODY = r'''
             setitimer(TIMER, 0)
             tests_intact()
             threads_left()
+            if framework is not None and pytest_moved(framework):
+                flag("pytest_tampering")
             # each test's CPU seconds (its call, as the limit counts them): the repo builder
             # rejects what runs near the limit, so no decision of its hangs on the load
             used = rnd(cpu_now() - start, 3)

@@ -10,6 +10,7 @@ GLOBALS = r'''
 # after (a patched `TestCase.run` or pytest hook passes every test).
 _FRAMEWORK = ("pytest", "_pytest", "pluggy", "builtins", "conftest", "unittest", "doctest")
 _FRAMEWORK_PKGS = ("_pytest.", "pluggy.", "unittest.")
+_PYTEST_PKGS = ("pytest", "_pytest", "pluggy")
 '''
 
 BODY = r'''
@@ -47,6 +48,23 @@ BODY = r'''
         return (frozenset(map(id, pm.get_plugins())),
                 {h: tuple(i.function for i in getattr(pm.hook, h).get_hookimpls())
                  for h in dir(pm.hook) if not h.startswith("_")})
+
+    def pytest_state():
+        """What pytest's and pluggy's modules and classes hold now (a part of `take`)."""
+        return {k: v for k, v in take().items()
+                if (k[1] if k[0] == "m" else k[0]).startswith(_PYTEST_PKGS)}
+
+    def pytest_moved(before):
+        """Whether pytest's or pluggy's modules and classes hold other objects than `before`
+        (taken as the test's call began; pytest changes its own state between tests). Checked
+        as each test's call ends: a patch the tested code put there and takes back by itself
+        once pytest has used it (a CallInfo that forgets the failure) would be gone by the
+        session's end. Builtins and unittest are left to the end, since a repository's tests
+        may patch them for a test and put them back."""
+        now = pytest_state()
+        missing = object()
+        return len(now) != len(before) or any(now.get(k, missing) is not v
+                                               for k, v in before.items())
 
     def tampered(config):
         now = take()
