@@ -33,7 +33,7 @@ from engine.vllm_sampler import VLLMSampler
 from engine.vllm_server import EngineError, ServerSettings, VLLMServer, lora_settings
 from flows.config import RunConfig
 from training import checkpoints
-from training.lora import BASE_FILE, is_adapter_dir
+from training.lora import BASE_FILE
 
 log = logging.getLogger(__name__)
 
