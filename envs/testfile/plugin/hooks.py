@@ -29,7 +29,17 @@ def pytest_internalerror(excrepr, excinfo, *, _f=None):
 
 
 @pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item, *, _f=None):
+    return (yield from _f(item))
+
+
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item, *, _f=None):
+    return (yield from _f(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem, *, _f=None):
     return (yield from _f(item))
 
 
@@ -86,6 +96,11 @@ BODY = r'''
         rec["collected"] = [i.nodeid for i in session.items]
         if importers_moved():
             flag("pytest_tampering")  # an import hook could hand pytest tests of its own
+        # the tested code was imported during the collection: a patch it made to pytest then
+        # could stay through every test and take itself back before the session's end
+        if pytest_moved({k: v for k, v in snap["objects"].items()
+                         if (k[1] if k[0] == "m" else k[0]).startswith(_PYTEST_PKGS)}):
+            flag("pytest_tampering")
         for item in session.items:
             mod = getattr(item, "module", None)
             if mod is not None and id_(mod) not in map(id_, test_mods):
@@ -142,6 +157,16 @@ BODY = r'''
                 flag("timeout_evasion")
             setsignal(SIG, alarm)
 
+    def phase(item):
+        """A test's setup or teardown (fixtures of the tests may call the tested code): pytest's
+        state as it began and as it ends must be the same, as for the call (runtest_call)."""
+        framework = pytest_state() if snap else None
+        try:
+            return (yield)
+        finally:
+            if framework is not None and pytest_moved(framework):
+                flag("pytest_tampering")
+
     def makereport(item, call):
         report = yield
         exc = call.excinfo
@@ -185,7 +210,9 @@ BODY = r'''
                         (pytest_collection_finish, collection_finish),
                         (pytest_collectreport, collectreport),
                         (pytest_internalerror, internalerror),
+                        (pytest_runtest_setup, phase),
                         (pytest_runtest_call, runtest_call),
+                        (pytest_runtest_teardown, phase),
                         (pytest_runtest_makereport, makereport),
                         (pytest_sessionfinish, sessionfinish)):
         seal(entry, impl)

@@ -63,8 +63,9 @@ BODY = r'''
         may patch them for a test and put them back."""
         now = pytest_state()
         missing = object()
-        return len(now) != len(before) or any(now.get(k, missing) is not v
-                                               for k, v in before.items())
+        # pytest marks classes it has warned about (`_pytest_diamond_inheritance_warning_shown`)
+        added = [k for k in now if k not in before and not str(k[-1]).startswith("_pytest_")]
+        return bool(added) or any(now.get(k, missing) is not v for k, v in before.items())
 
     def tampered(config):
         now = take()
