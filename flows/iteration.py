@@ -337,6 +337,15 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
     ended = time.perf_counter()
     metrics["time/iteration_s"] = ended - t_iter
     call_stage(checkpoint, opts, cfg, it, it, metrics)
+    _log_iteration(cfg, it, col, metrics, log)
+    publish_iteration(cfg, it, metrics, log, baseline)
+    return ended
+
+
+def _log_iteration(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
+    """Iteration `it`'s log lines: rewards, groups, the update, off-policy and engine figures."""
+    timings, kept_groups = col["timings"], col["kept_groups"]
+    groups = len(col["rows"]) // cfg.sampling.group_size
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
            f"train pass {metrics['rollout/pass_rate']:.3f}")
     if "episode/turns_mean" in metrics:
@@ -358,6 +367,13 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
                  f"v{it}; importance weight mean {metrics['train/is_weight_mean']:.3f}, "
                  f"{metrics['train/is_weight_capped']:.3f} of tokens at the cap; the flow "
                  f"waited {timings.get('time/update_wait_s', 0.0):.2f}s for the update")
+    _log_gap(cfg, it, col, metrics, log)
+    log.info("iteration %d stage seconds: %s", it, ", ".join(
+        f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
+
+
+def _log_gap(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
+    """The sampler/trainer log-prob gap, a warning over `rl.logprob_gap_warn`."""
     gap = metrics.get("train/logprob_gap_mean")
     if gap is not None:
         line = (f"iteration {it} sampler/trainer log-prob gap: mean {gap:.2e}, max "
@@ -369,10 +385,6 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
         (log.warning if gap > cfg.rl.logprob_gap_warn else log.info)(
             line + (f" (over rl.logprob_gap_warn={cfg.rl.logprob_gap_warn}: the sampler and the "
                     "trainer disagree about the policy)" if gap > cfg.rl.logprob_gap_warn else ""))
-    log.info("iteration %d stage seconds: %s", it, ", ".join(
-        f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
-    publish_iteration(cfg, it, metrics, log, baseline)
-    return ended
 
 
 def _update_line(it: int, m: dict) -> str:

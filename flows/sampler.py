@@ -33,7 +33,7 @@ from engine.vllm_sampler import VLLMSampler
 from engine.vllm_server import EngineError, ServerSettings, VLLMServer, lora_settings
 from flows.config import RunConfig
 from training import checkpoints
-from training.lora import BASE_FILE
+from training.lora import base_path
 
 log = logging.getLogger(__name__)
 
@@ -129,13 +129,10 @@ class RunEngine:
 
     def _base(self, version: int) -> str:
         """The base model folder a LoRA version's adapter adapts (its `rollforge_base.json`)."""
-        import json  # noqa: PLC0415
-
         from training.pretrained import resolve  # noqa: PLC0415
 
-        record = model_dir(self.cfg.run_dir, version) / BASE_FILE
-        base = json.loads(record.read_text()).get("model_path") if record.is_file() else None
-        base = resolve(base or self.cfg.policy.model_path or "")
+        base = resolve(base_path(str(model_dir(self.cfg.run_dir, version)))
+                       or self.cfg.policy.model_path or "")
         if not Path(base).is_dir():
             raise EngineError(f"the vLLM engine serves a Hugging Face model folder; the policy's base "
                               f"is {base!r}: convert it first (`rollforge model convert`) and set "

@@ -53,6 +53,13 @@ def save_base_record(model, path: str) -> None:
     (Path(path) / BASE_FILE).write_text(json.dumps({"model_path": getattr(model, BASE_ATTR, None)}))
 
 
+def base_path(path: str) -> str | None:
+    """The base model a saved adapter adapts, as its `rollforge_base.json` names it (None when
+    the folder holds no such record)."""
+    record = Path(path) / BASE_FILE
+    return json.loads(record.read_text()).get("model_path") if record.is_file() else None
+
+
 def load_adapter_policy(path: str):
     """A LoRA checkpoint's `model/`: its base (resolved from `rollforge_base.json`) with the
     saved adapter, trainable."""
@@ -61,16 +68,16 @@ def load_adapter_policy(path: str):
     from training.policy import TOKENIZER_ATTR, load_pretrained  # noqa: PLC0415
     from training.tokenizer import load_tokenizer  # noqa: PLC0415
 
-    record = Path(path) / BASE_FILE
-    base_path = json.loads(record.read_text()).get("model_path") if record.is_file() else None
-    if not base_path:
+    base = base_path(path)
+    if not base:
         raise FileNotFoundError(f"{path} holds a LoRA adapter but no {BASE_FILE} naming its base "
                                 "model")
     tok = load_tokenizer(path)
-    base = load_pretrained(base_path, tok.use_chat_template if tok.kind == "hf" else True)
-    model = PeftModel.from_pretrained(base, path, is_trainable=True)
+    model = PeftModel.from_pretrained(
+        load_pretrained(base, tok.use_chat_template if tok.kind == "hf" else True), path,
+        is_trainable=True)
     setattr(model, TOKENIZER_ATTR, tok)
-    setattr(model, BASE_ATTR, base_path)
+    setattr(model, BASE_ATTR, base)
     return model
 
 
