@@ -1,0 +1,217 @@
+"""Tools: each kind that acts declares its verbs once, as data (name, JSON schema, description),
+and says how a parsed call becomes the action its episode already runs.
+
+A model with a chat template is shown these declarations (`schemas(kind)`, the OpenAI
+`{"type": "function", "function": {...}}` shape that `apply_chat_template(tools=...)` takes) and
+answers with tool calls in its own format (envs/toolcalls.py parses them). `action_text(kind,
+calls)` then writes the calls as the kind's own action text (envs/agent/EPISODES.md: `<write>`,
+`<run_tests/>`, `<run>`, `<submit/>`; the repo kind's `<ls/>`, `<read/>`, `<edit>`...; the ops
+kind's script), so the one episode code behind each kind runs them unchanged and the XML verbs
+stay the format of a model without a chat template. A call the action text cannot carry
+(arguments of the wrong type, a body holding the closing tag of its verb) is refused here as a
+`Malformed` value that says what is wrong, never raised.
+
+The argument check is a small subset of JSON schema (object, required, property types, no
+extra properties): enough for these declarations, without a dependency the run does not have.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from envs.toolcalls import Malformed, ToolCall
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One verb a kind offers: `parameters` is a JSON schema of type object."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+    def schema(self) -> dict:
+        """The declaration as `apply_chat_template(tools=[...])` and OpenAI's API take it."""
+        return {"type": "function", "function": {"name": self.name,
+                                                 "description": self.description,
+                                                 "parameters": dict(self.parameters)}}
+
+
+def _obj(required: tuple[str, ...] = (), **props: tuple[str, str]) -> dict:
+    """A JSON schema object of `name=(type, description)` properties."""
+    return {"type": "object", "additionalProperties": False, "required": list(required),
+            "properties": {k: {"type": t, "description": d} for k, (t, d) in props.items()}}
+
+
+_PATH = ("string", "a path relative to the workspace root")
+AGENT_TOOLS = (
+    Tool("write_file", "Create or replace a file of the workspace (solution.py holds the answer).",
+         _obj(("path", "content"), path=_PATH, content=("string", "the whole new content"))),
+    Tool("run_tests", "Run the task's visible examples against solution.py.", _obj()),
+    Tool("run", "Run a Python file of the workspace: `python FILE.py ARGS`.",
+         _obj(("command",), command=("string", "python FILE.py [ARGS...]"))),
+    Tool("submit", "End the episode; hidden tests grade solution.py. Must be the last call.",
+         _obj()),
+)
+REPO_TOOLS = (
+    Tool("ls", "List the files under a folder of the repository.",
+         _obj((), path=("string", "a folder (default: the root)"))),
+    Tool("read", "Show lines of a file with their numbers (default 1..200).",
+         _obj(("path",), path=_PATH, start=("integer", "first line"), end=("integer", "last line"))),
+    Tool("search", "Lines matching a regular expression, as FILE:LINE: text.",
+         _obj(("pattern",), pattern=("string", "a Python regular expression"),
+              path=("string", "a folder or file (default: the root)"))),
+    Tool("edit", "Replace text in a file: `search` must occur exactly once.",
+         _obj(("path", "search", "replace"), path=_PATH, search=("string", "the old lines"),
+              replace=("string", "the new lines"))),
+    Tool("write_file", "Create or replace a file.",
+         _obj(("path", "content"), path=_PATH, content=("string", "the whole new content"))),
+    Tool("run", "Run `pytest ARGS` or `python ARGS` in the repository.",
+         _obj(("command",), command=("string", "pytest ARGS | python ARGS"))),
+    Tool("submit", "End the episode; the repository's tests grade it. Must be the last call.",
+         _obj()),
+)
+OPS_TOOLS = (
+    Tool("shell", "The bash script that brings the system to the required state (it is run "
+                  "twice and must leave the same state).",
+         _obj(("script",), script=("string", "a bash script"))),
+)
+
+
+def _closing(tag: str, **texts: str) -> str | None:
+    """Why the action text cannot carry these arguments (one holds `tag`), or None."""
+    for key, text in texts.items():
+        if tag in text:
+            return f"argument {key!r} holds {tag!r}, which would end the action early"
+    return None
+
+
+def _agent_action(call: ToolCall) -> str | Malformed:
+    a = call.arguments
+    if call.name == "write_file":
+        bad = _closing("</write>", content=a["content"]) or _closing('"', path=a["path"])
+        return Malformed(call.raw, bad) if bad else \
+            f'<write path="{a["path"]}">\n{a["content"]}</write>'
+    if call.name == "run":
+        bad = _closing("</run>", command=a["command"])
+        return Malformed(call.raw, bad) if bad else f"<run>{a['command']}</run>"
+    return "<run_tests/>" if call.name == "run_tests" else "<submit/>"
+
+
+def _repo_action(call: ToolCall) -> str | Malformed:
+    a = call.arguments
+    quoted = {k: v for k, v in a.items() if k in ("path", "pattern")}
+    bad = next((f"argument {k!r} holds '\"', which the repo action format cannot carry"
+                for k, v in quoted.items() if '"' in v), None)
+    if bad:
+        return Malformed(call.raw, bad)
+    if call.name == "ls":
+        return f'<ls path="{a.get("path", ".")}"/>'
+    if call.name == "read":
+        if any(a.get(k, 1) < 1 for k in ("start", "end")):
+            return Malformed(call.raw, "read: start and end are line numbers, from 1")
+        span = "".join(f' {k}="{a[k]}"' for k in ("start", "end") if k in a)
+        return f'<read path="{a["path"]}"{span}/>'
+    if call.name == "search":
+        return f'<search pattern="{a["pattern"]}" path="{a.get("path", ".")}"/>'
+    if call.name == "edit":
+        bad = _closing("</edit>", search=a["search"], replace=a["replace"])
+        return Malformed(call.raw, bad) if bad else (
+            f'<edit path="{a["path"]}">\n<<<<<<< SEARCH\n{a["search"]}\n=======\n'
+            f'{a["replace"]}\n>>>>>>> REPLACE\n</edit>')
+    if call.name == "write_file":
+        bad = _closing("</write>", content=a["content"])
+        return Malformed(call.raw, bad) if bad else \
+            f'<write path="{a["path"]}">\n{a["content"]}</write>'
+    if call.name == "run":
+        bad = _closing("</run>", command=a["command"])
+        return Malformed(call.raw, bad) if bad else f"<run>{a['command']}</run>"
+    return "<submit/>"
+
+
+def _ops_action(call: ToolCall) -> str | Malformed:
+    script = call.arguments["script"]
+    bad = _closing("```", script=script)  # envs/ops/env.py script_of reads the first fence
+    return Malformed(call.raw, bad) if bad else f"```bash\n{script.rstrip(chr(10))}\n```\n"
+
+
+@dataclass(frozen=True)
+class KindTools:
+    """A kind's tools and the writer of one checked call as the kind's action text."""
+
+    tools: tuple[Tool, ...]
+    to_action: Callable[[ToolCall], "str | Malformed"]
+
+    def get(self, name: str) -> Tool | None:
+        return next((t for t in self.tools if t.name == name), None)
+
+
+TOOLS: dict[str, KindTools] = {
+    "agent": KindTools(AGENT_TOOLS, _agent_action),
+    "repo": KindTools(REPO_TOOLS, _repo_action),
+    "ops": KindTools(OPS_TOOLS, _ops_action),
+}
+
+
+def tools_of(kind: str) -> KindTools:
+    if kind not in TOOLS:
+        raise KeyError(f"kind {kind!r} declares no tools; kinds with tools: {sorted(TOOLS)}")
+    return TOOLS[kind]
+
+
+def schemas(kind: str) -> list[dict]:
+    """The kind's tool declarations for `apply_chat_template(tools=...)`."""
+    return [t.schema() for t in tools_of(kind).tools]
+
+
+_TYPES = {"string": str, "integer": int, "boolean": bool, "number": (int, float),
+          "object": dict, "array": list}
+
+
+def check_arguments(tool: Tool, args: Mapping[str, Any]) -> str | None:
+    """What is wrong with `args` for `tool` (the schema subset above), or None."""
+    props = tool.parameters.get("properties", {})
+    missing = [k for k in tool.parameters.get("required", []) if k not in args]
+    if missing:
+        return f"{tool.name}: missing argument(s) {missing}; it takes {sorted(props)}"
+    extra = sorted(set(args) - set(props))
+    if extra and tool.parameters.get("additionalProperties") is False:
+        return f"{tool.name}: unknown argument(s) {extra}; it takes {sorted(props)}"
+    for k, v in args.items():
+        want = props.get(k, {}).get("type")
+        py = _TYPES.get(want)
+        if py and (not isinstance(v, py) or (want in ("integer", "number")
+                                             and isinstance(v, bool))):
+            return f"{tool.name}: argument {k!r} must be {want}, got {type(v).__name__} {v!r:.40}"
+    return None
+
+
+def check_call(kind: str, call: ToolCall | Malformed) -> ToolCall | Malformed:
+    """`call` if it names one of the kind's tools with arguments that fit its schema, else a
+    `Malformed` saying which."""
+    if isinstance(call, Malformed):
+        return call
+    kt = tools_of(kind)
+    tool = kt.get(call.name)
+    if tool is None:
+        return Malformed(call.raw, f"unknown tool {call.name!r}; the tools are "
+                                   f"{[t.name for t in kt.tools]}")
+    bad = check_arguments(tool, call.arguments)
+    return Malformed(call.raw, bad) if bad else call
+
+
+def action_text(kind: str, calls: list[ToolCall | Malformed]) -> tuple[str, list[Malformed]]:
+    """The kind's action text for a turn's calls, in order, and the calls refused (checked
+    here). The text holds the valid calls only; the caller decides what a turn with refused
+    calls does (the agent kind runs none of a turn with a malformed action)."""
+    kt = tools_of(kind)
+    parts: list[str] = []
+    refused: list[Malformed] = []
+    for c in calls:
+        c = check_call(kind, c)
+        out = c if isinstance(c, Malformed) else kt.to_action(c)
+        if isinstance(out, Malformed):
+            refused.append(out)
+        else:
+            parts.append(out)
+    return "\n".join(parts), refused
