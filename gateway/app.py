@@ -1,0 +1,204 @@
+"""The OpenAI-compatible HTTP face of a run's policy (gateway/README.md).
+
+Every request is answered through flows/sampler.py `sample(cfg, version, request)`, the one
+sampling boundary, so the run's engine (the local sampler or its vLLM server) answers it, and
+every answer is recorded token-exact under its episode (gateway/records.py) before it is sent.
+"""
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from engine.boundary import Completion, SampleRequest
+from flows import sampler
+from flows.config import RunConfig
+from gateway import openai_api as api
+from gateway.records import EpisodeLog, check_episode_id, new_episode_id
+
+EPISODE_HEADER = "X-Episode-Id"
+
+
+@dataclass
+class Gateway:
+    """What the app serves: a run's policy at one version, behind one key."""
+
+    cfg: RunConfig
+    version: int
+    key: str
+    records: EpisodeLog
+    chat_template: str | None = None  # used when the policy's tokenizer has none
+
+    def __post_init__(self):
+        if not self.key:
+            raise ValueError("the gateway needs an API key (an empty key would let anyone in)")
+        self.tok = sampler.policy_tokenizer(self.cfg.run_dir, self.version)
+        self.models = (self.cfg.run_id, f"{self.cfg.run_id}-v{self.version}")
+        # One request samples at a time: the local sampler's policy and a managed engine's
+        # version sync are not safe to drive from two threads at once.
+        self.lock = threading.Lock()
+
+    # -- the door ----------------------------------------------------------------------------
+    def authorize(self, request: Request) -> None:
+        header = request.headers.get("authorization", "")
+        if not header:
+            raise api.GatewayError(401, "no API key: send `Authorization: Bearer KEY`",
+                                   "missing_api_key")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(),
+                                                                 self.key.encode()):
+            raise api.GatewayError(401, "incorrect API key", "invalid_api_key")
+
+    def check_model(self, body: dict) -> str:
+        model = body.get("model")
+        if model not in self.models:
+            raise api.GatewayError(400, f"model={model!r}: this gateway serves "
+                                   f"{' or '.join(map(repr, self.models))}", "model_not_found",
+                                   "model")
+        return model
+
+    @staticmethod
+    def episode_of(request: Request) -> str:
+        given = request.headers.get(EPISODE_HEADER)
+        if given is None:
+            return new_episode_id()
+        try:
+            return check_episode_id(given)
+        except ValueError as exc:
+            raise api.GatewayError(400, f"{EPISODE_HEADER}: {exc}", "invalid_episode_id",
+                                   EPISODE_HEADER) from None
+
+    # -- prompts -----------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        """A text prompt as the policy's own prompts begin (its BOS where it has one)."""
+        return self.tok.encode(text)
+
+    def render_chat(self, messages: list[dict]) -> list[int]:
+        """The messages in the policy tokenizer's chat template, with the generation prompt;
+        the gateway's `chat_template` where the tokenizer has none; otherwise a named 400."""
+        hf = getattr(self.tok, "tok", None)  # training/tokenizer.py HFTokenizer's transformers one
+        own = getattr(hf, "chat_template", None) if hf is not None else None
+        template = own or self.chat_template
+        if template is None:
+            raise api.GatewayError(
+                400, f"the policy of run {self.cfg.run_id!r} has no chat template "
+                f"({getattr(self.tok, 'kind', '?')} tokenizer): use /v1/completions, or start the "
+                "gateway with --chat-template FILE", "chat_template_missing", "messages")
+        if hf is None:  # the byte tokenizer: the same ids through its Hugging Face twin
+            from training.tokenizer import byte_tokenizer_hf  # noqa: PLC0415
+
+            hf = byte_tokenizer_hf()
+        try:
+            out = hf.apply_chat_template(messages, chat_template=template, tokenize=True,
+                                         add_generation_prompt=True, return_dict=True)
+        except Exception as exc:  # noqa: BLE001 - a template that refuses these messages
+            raise api.bad(f"messages: the chat template refused them: {exc}", "messages",
+                          "invalid_messages") from None
+        return [int(t) for t in out["input_ids"]]
+
+    # -- sampling ----------------------------------------------------------------------------
+    def request_for(self, prompts: list[list[int]], s: api.Sampling) -> SampleRequest:
+        max_tokens = s.max_tokens or self.cfg.sampling.max_new_tokens
+        limit = self.cfg.policy.max_len
+        for i, p in enumerate(prompts):
+            if bad_id := next((t for t in p if not 0 <= t < self.tok.vocab_size), None):
+                raise api.bad(f"prompt[{i}] holds token id {bad_id}, outside the policy's "
+                              f"vocabulary (0..{self.tok.vocab_size - 1})", "prompt", "invalid_prompt")
+            if len(p) + max_tokens > limit:
+                raise api.bad(f"prompt[{i}] is {len(p)} tokens and max_tokens {max_tokens}: more "
+                              f"than the policy's context of {limit} (policy.max_len)",
+                              "max_tokens", "context_length_exceeded")
+        try:
+            return SampleRequest(prompts, s.n, s.temperature, s.top_p, max_tokens, s.stop,
+                                 s.greedy, s.seed)
+        except ValueError as exc:
+            raise api.bad(str(exc), None) from None
+
+    def sample(self, request: SampleRequest) -> tuple[list[Completion], float]:
+        """`request` answered by the run's engine (flows/sampler.py), and the seconds it took."""
+        with self.lock:
+            t = time.perf_counter()
+            try:
+                out = sampler.sample(self.cfg, self.version, request)
+            except ValueError as exc:
+                raise api.bad(str(exc), None) from None
+            except Exception as exc:  # the engine failed: not the client's fault
+                raise api.GatewayError(503, f"the policy's engine failed: {type(exc).__name__}: "
+                                       f"{exc}", "engine_unavailable") from None
+            return out, time.perf_counter() - t
+
+    def record(self, episode: str, endpoint: str, model: str, request: SampleRequest,
+               comps: list[Completion], seconds: float, messages: list[dict] | None) -> int:
+        rec = {"run_id": self.cfg.run_id, "endpoint": endpoint, "model": model,
+               "policy_version": self.version, "created": time.time(), "seconds": seconds,
+               "request": {"n": request.n, "temperature": request.temperature,
+                           "top_p": request.top_p, "max_tokens": request.max_new_tokens,
+                           "stop": list(request.stop), "greedy": request.greedy,
+                           "seed": request.seed},
+               "messages": messages, "prompts": [list(p) for p in request.prompts],
+               "choices": [{"index": i, "prompt_index": c.prompt_index,
+                            "token_ids": list(c.token_ids), "logprobs": list(c.logprobs),
+                            "finish_reason": c.finish_reason, "text": c.text}
+                           for i, c in enumerate(comps)]}
+        return self.records.append(episode, rec)
+
+    # -- answers -----------------------------------------------------------------------------
+    def token_str(self, tid: int, as_ids: bool) -> str:
+        return f"token_id:{tid}" if as_ids else self.tok.decode([tid])
+
+    def completions(self, body: dict, episode: str) -> tuple[dict, int]:
+        model = self.check_model(body)
+        s = api.sampling(body, chat=False)
+        req = self.request_for(api.completion_prompts(body, self.encode), s)
+        comps, seconds = self.sample(req)
+        turn = self.record(episode, "completions", model, req, comps, seconds, None)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choices = []
+        for i, c in enumerate(comps):
+            lp = None
+            if s.logprobs is not None:
+                toks = [self.token_str(t, as_ids) for t in c.token_ids]
+                offsets = [sum(len(x) for x in toks[:k]) for k in range(len(toks))]
+                # the boundary returns the sampled tokens' log-probs only, no alternatives
+                lp = {"tokens": toks, "token_logprobs": list(c.logprobs), "top_logprobs": None,
+                      "text_offset": offsets}
+            choices.append({"index": i, "text": c.text, "logprobs": lp,
+                            "finish_reason": c.finish_reason, "token_ids": list(c.token_ids)})
+        return self.envelope("cmpl", "text_completion", model, req, comps, choices, episode,
+                             turn), turn
+
+    def chat(self, body: dict, episode: str) -> tuple[dict, int]:
+        model = self.check_model(body)
+        s = api.sampling(body, chat=True)
+        messages = api.chat_messages(body)
+        req = self.request_for([self.render_chat(messages)], s)
+        comps, seconds = self.sample(req)
+        turn = self.record(episode, "chat.completions", model, req, comps, seconds, messages)
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        choices = []
+        for i, c in enumerate(comps):
+            lp = None
+            if s.logprobs is not None:
+                lp = {"content": [{"token": (t := self.token_str(tid, as_ids)), "logprob": x,
+                                   "bytes": list(t.encode()), "top_logprobs": []}
+                                  for tid, x in zip(c.token_ids, c.logprobs)], "refusal": None}
+            choices.append({"index": i, "message": {"role": "assistant", "content": c.text},
+                            "logprobs": lp, "finish_reason": c.finish_reason,
+                            "token_ids": list(c.token_ids)})
+        return self.envelope("chatcmpl", "chat.completion", model, req, comps, choices, episode,
+                             turn), turn
+
+    def envelope(self, prefix, obj, model, req, comps, choices, episode, turn) -> dict:
+        prompt_tokens = sum(len(p) for p in req.prompts)
+        completion_tokens = sum(len(c.token_ids) for c in comps)
+        return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()),
+                "model": model, "choices": choices,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens},
+                "prompt_token_ids": [list(p) for p in req.prompts],
+                "rollforge": {"episode_id": episode, "turn": turn,
+                              "policy_version": self.version}}
