@@ -1,6 +1,7 @@
 """`rollforge gateway [--config FILE] [--set K=V] [--version latest|N] [--host H] [--port P]
 [--chat-template FILE] [--records DIR]`: an OpenAI-compatible endpoint in front of a run's
-policy (gateway/README.md). The key comes from ROLLFORGE_GATEWAY_KEY or --key-file, never
+policy (gateway/README.md). With `--rows EPISODE|all` it serves nothing: it prints the
+recorded episode's trajectory rows as JSON lines (gateway/rows.py) and exits. The key comes from ROLLFORGE_GATEWAY_KEY or --key-file, never
 from the command line (where `ps` would show it)."""
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def register(subparsers) -> None:
                         "tokenizer has none")
     p.add_argument("--records", metavar="DIR", default=None,
                    help="where the turn records go (default: <run_dir>/gateway/episodes)")
+    p.add_argument("--rows", metavar="EPISODE", default=None,
+                   help="print this recorded episode's (or `all` episodes') trajectory rows as "
+                        "JSON lines and exit")
     p.set_defaults(func=_run)
 
 
@@ -57,12 +61,13 @@ def _run(args: argparse.Namespace) -> int:
     from flows.cli import UsageError
     from flows.config import ConfigError, load_config
 
-    key = _key(args)
+    key = _key(args) if args.rows is None else ""
     try:
         cfg = load_config(args.config, args.overrides)
         from flows.sampler import preflight
 
-        preflight(cfg)
+        if args.rows is None:
+            preflight(cfg)
     except (ConfigError, EngineError) as exc:
         raise UsageError(str(exc)) from None
     from flows.env import apply_defaults
@@ -74,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
         version = resolve_version(cfg.run_dir, args.version)
     except (FileNotFoundError, LookupError, ValueError) as exc:
         raise UsageError(f"--version {args.version}: {exc}") from None
+    if args.rows is not None:
+        return _print_rows(cfg, version, args)
     template = None
     if args.chat_template:
         try:
@@ -83,18 +90,45 @@ def _run(args: argparse.Namespace) -> int:
     return _serve(cfg, version, key, template, args)
 
 
-def _serve(cfg, version: int, key: str, template: str | None, args) -> int:
+def _records(cfg, args):
     from pathlib import Path
 
+    from gateway.records import EpisodeLog
+
+    return EpisodeLog(Path(args.records or Path(cfg.run_dir) / "gateway" / "episodes"))
+
+
+def _print_rows(cfg, version: int, args) -> int:
+    import json
+
+    from flows.cli import UsageError
+    from flows.sampler import policy_tokenizer
+    from gateway.rows import episode_rows
+
+    log = _records(cfg, args)
+    episodes = log.episodes() if args.rows == "all" else [args.rows]
+    tok = policy_tokenizer(cfg.run_dir, version)  # for the rows' text only
+    for ep in episodes:
+        try:
+            turns = log.turns(ep)
+        except ValueError as exc:
+            raise UsageError(f"--rows: {exc}") from None
+        if not turns:
+            raise UsageError(f"--rows {ep}: no recorded turns under {log.root / ep}")
+        for row in episode_rows(turns, tok, cfg.run_id, config_hash=cfg.hash()):
+            print(json.dumps(row))
+    return 0
+
+
+def _serve(cfg, version: int, key: str, template: str | None, args) -> int:
     import uvicorn
 
     from flows.sampler import close_engines
     from gateway.app import Gateway
-    from gateway.records import EpisodeLog
     from gateway.server import bind, make_app
 
-    records = Path(args.records or Path(cfg.run_dir) / "gateway" / "episodes")
-    gw = Gateway(cfg, version, key, EpisodeLog(records), template)
+    gw = Gateway(cfg, version, key, _records(cfg, args), template)
+    records = gw.records.root
     from flows.cli import UsageError
 
     try:

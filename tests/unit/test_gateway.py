@@ -45,7 +45,9 @@ def _run(tmp_path_factory, run_id: str, template: str | None):
         hf = byte_tokenizer_hf()
         hf.chat_template = template
         setattr(model, TOKENIZER_ATTR, HFTokenizer(hf))
-    save_policy(model, str(checkpoints.checkpoint_dir(cfg.run_dir, 0) / "model"))
+    staging = checkpoints.staging_dir(cfg.run_dir, 0)
+    save_policy(model, str(staging / "model"))
+    checkpoints.publish(staging, checkpoints.checkpoint_dir(cfg.run_dir, 0), {"version": 0})
     return cfg
 
 
@@ -324,6 +326,23 @@ def test_the_command_refuses_to_serve_without_a_key(tmp_path):
                           timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2, proc.stderr
     assert "ROLLFORGE_GATEWAY_KEY" in proc.stderr
+
+
+def test_the_command_prints_an_episodes_rows(served):
+    srv, gw = served
+    _client(srv, episode="cli-rows").completions.create(model="gw", prompt="y = ", n=2,
+                                                         max_tokens=3)
+    cfg = gw.cfg
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "gateway", "--config",
+                           str(ROOT / "configs/tiny.yaml"), "--set", f"out_dir={cfg.out_dir}",
+                           "--set", f"run_id={cfg.run_id}", "--records", str(gw.records.root),
+                           "--rows", "cli-rows"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = [json.loads(line) for line in proc.stdout.splitlines()]
+    want = episode_rows(gw.records.turns("cli-rows"), gw.tok, cfg.run_id)
+    assert [r["completion_token_ids"] for r in got] == [r["completion_token_ids"] for r in want]
+    assert [r["sampling_logprobs"] for r in got] == [r["sampling_logprobs"] for r in want]
 
 
 def test_errors_come_in_openais_shape(served):
