@@ -3,8 +3,11 @@ parts): every value the rewritten tests compare (rewards/plain_compare.py) goes 
 `checked`, which lets plain data through (scalars, containers of plain data, numpy scalars, a
 subclass that overrides no method that decides a comparison) and fails the test with
 `non_plain_result` otherwise, so the candidate's `__eq__` decides nothing. In "probe" mode (the
-repo kind, whose tests compare the repository's own objects) an object that does not claim to
-equal a stranger passes too, and unittest's assertion methods check their operands."""
+repo kind, whose tests compare the repository's own objects) an object passes too when it claims
+to equal none of a set of probes drawn as the test runs (a stranger, and random plain values of
+each family: ints, floats, strings, bytes, lists, tuples, dicts, sets) beyond what an honest
+value can (one of two different small ones), and unittest's assertion methods check their
+operands."""
 
 GLOBALS = r'''
 _CHECKER_MODULE = "_rollforge_plain"  # what the rewritten tests import the checker from
@@ -56,6 +59,97 @@ BODY = r'''
     class Stranger:
         """An object no honest value equals, contains or orders against."""
 
+    # -- the probe (repo): fresh plain values drawn as the test runs, that no honest value equals
+    # A type-aware liar (yes to any list, any int) says no to a stranger; so the value also
+    # meets plain values of each family, "wide" ones (from a space no honest value of a package
+    # can be expected to hit) and "small" ones (like a test's constants: an honest value may
+    # equal one, never two that differ). Drawn from the OS, bound now: nothing the tested code
+    # seeds or patches decides them. Their number and order vary, so a liar that counts calls
+    # cannot tell the last probe from the test's own comparison.
+    urandom, from_bytes, letters = _os.urandom, int.from_bytes, "abcdefghijklmnopqrstuvwxyz"
+    SCALARS = (int, float, str, bytes)
+    FAMILIES = SCALARS + (list, tuple, dict, set, frozenset)
+
+    pool = [b"", 0]  # the OS's bytes, fetched in blocks: a probe draws a few dozen numbers
+
+    def below(n):
+        if pool[1] + 8 > len(pool[0]):
+            pool[0], pool[1] = urandom(4096), 0
+        i = pool[1]
+        pool[1] = i + 8
+        return from_bytes(pool[0][i:i + 8], "big") % n
+
+    def shuffle(xs):
+        for i in range(len(xs) - 1, 0, -1):
+            j = below(i + 1)
+            xs[i], xs[j] = xs[j], xs[i]
+        return xs
+
+    def scalar(kind, wide):
+        if kind is int:
+            return below(1 << 62) - (1 << 61) if wide else below(1100) - 64
+        if kind is float:  # never integral when wide: it equals no int either
+            return (below(1 << 52) + 0.5) / (1 << below(40)) if wide else (below(400) - 40) / 4
+        text = "".join([letters[below(26)] for _ in range(16 if wide else 1 + below(2))])
+        return text if kind is str else text.encode()
+
+    def value(kind, wide):
+        if kind in SCALARS:
+            return scalar(kind, wide)
+        n = 1 + below(4) if wide else below(6)  # wide: never empty (Counter() == {})
+        hashable = (int, str, bytes)
+        if kind is dict:
+            return {scalar(hashable[below(3)], wide): scalar(SCALARS[below(4)], wide)
+                    for _ in range(n)}
+        items = [scalar((hashable if kind in (set, frozenset) else SCALARS)[below(3)], wide)
+                 for _ in range(n)]
+        return kind(items)
+
+    def probes():
+        """[(probe, wide)]: a stranger, one wide and two small values of every family, then
+        a geometric number more (so no count is the last), in an order of chance."""
+        out = [(Stranger(), True)] + [(value(k, w), w) for k in FAMILIES
+                                     for w in (True, False, False)]
+        while below(8) and len(out) < 96:
+            w = bool(below(2))
+            out.append((value(FAMILIES[below(len(FAMILIES))], w), w))
+        return shuffle(out)
+
+    def says(r):
+        """A comparison's result as an assert reads it; None where it cannot be read (an
+        honest array's elementwise result, an object that refuses)."""
+        try:
+            return bool(r)
+        except RollforgeTimeout:
+            raise
+        except Exception:
+            return None
+
+    def claims(v, p):
+        """Whether `v` says it equals `p`, by any of ==, == reflected and != in an order of
+        chance; a comparison that raises says nothing (and counts as a call all the same)."""
+        yes = False
+        for op in shuffle([0, 1, 2]):
+            try:
+                r = says(v == p) if op == 0 else says(p == v) if op == 1 else says(v != p)
+            except RollforgeTimeout:
+                raise
+            except Exception:
+                continue
+            yes = yes or (r is False if op == 2 else r is True)
+        return yes
+
+    def lies(v):
+        claimed, held = [], []
+        for p, wide in probes():
+            held.append([p] * below(6))  # its reference count says nothing of where it is from
+            if claims(v, p):
+                if wide:
+                    return True
+                claimed.append(p)
+        # an honest value equals at most one of values that differ from each other
+        return any(a != b for i, a in enumerate(claimed) for b in claimed[:i])
+
     def tests_own(t):
         """Every comparing method of the type was written in a test file (a test's own
         AlwaysEquals is the grader's; the tested code cannot compile under a test's name)."""
@@ -71,14 +165,9 @@ BODY = r'''
 
     def honest(v):
         # a repository's tests compare its own objects: those may have methods of their own,
-        # but one that says it equals (or not unequals) a stranger is lying to every test
-        if tests_own(type_(v)):
-            return True
-        try:
-            s = Stranger()
-            return (v == s) is not True and (s == v) is not True and (v != s) is not False
-        except Exception:
-            return True  # it refused to compare: it decides nothing
+        # but one that says it equals a stranger, a wide probe or two different small ones is
+        # lying to every test (one that refuses to compare decides nothing)
+        return tests_own(type_(v)) or not lies(v)
 
     def checked(v):
         if plain(v, set(), [100_000]) or (mode == "probe" and honest(v)):

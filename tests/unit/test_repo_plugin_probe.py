@@ -1,0 +1,276 @@
+"""The repo kind's value probe (envs/testfile/plugin/values.py, "probe" mode), through the real
+grader run (envs/repo/grading.py `run_tests`) in the real sandbox on a small package: a value
+the tests compare that is not plain data must claim to equal none of the probes drawn as the
+test runs beyond what an honest value can. Honest package objects (numpy-like arrays,
+sympy-like numbers, Fractions, objects that refuse foreign comparisons) pass; liars that say
+yes only to the expected type, or that count calls to skip the probe, fail with `non_plain_result`."""
+from __future__ import annotations
+
+import pytest
+
+from envs.repo.grading import run_tests
+from sandbox.base import Limits
+from sandbox.config import SandboxConfig
+from sandbox.registry import make_sandbox
+
+PACKAGE = '''
+import fractions
+
+
+class Refuser:
+    """An honest object that compares only with its own kind and raises for anything else."""
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        if not isinstance(other, Refuser):
+            raise TypeError("Refuser compares with Refusers only")
+        return self.v == other.v
+
+    __hash__ = None
+
+
+class _Liar:
+    """Says yes to every value of one type (the test's expected type), no to anything else."""
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __eq__(self, other):
+        return isinstance(other, self.kind)
+
+    def __ne__(self, other):
+        return not isinstance(other, self.kind)
+
+    __hash__ = None
+
+
+class _Small(_Liar):
+    """Says yes only to small ints, as a test's constants are."""
+    def __eq__(self, other):
+        return type(other) is int and -100 < other < 2000
+
+
+class _Counting:
+    """Says no to its first `skip` comparisons (the probe as it was), yes to the rest."""
+    def __init__(self, skip):
+        self.calls, self.skip = 0, skip
+
+    def __eq__(self, other):
+        self.calls += 1
+        return self.calls > self.skip
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = None
+
+
+class _Truthy:
+    """Answers == with 1 (truthy, not True) and != with 0: an assert reads both as 'equal'."""
+    def __eq__(self, other):
+        return 1
+
+    def __ne__(self, other):
+        return 0
+
+    __hash__ = None
+
+
+class _RaisesFirst(_Counting):
+    """Raises on its first comparisons (as a refuser would), then says yes."""
+    def __eq__(self, other):
+        self.calls += 1
+        if self.calls <= self.skip:
+            raise TypeError("no")
+        return True
+
+
+class Array:
+    """As numpy's ndarray (numpy itself imports ctypes, which the grader denies): == and !=
+    answer element by element, and the answer's truth cannot be read unless it has one element
+    (an empty or a longer one raises, as numpy 2 does)."""
+    def __init__(self, xs):
+        self.xs = list(xs)
+
+    def _each(self, other, op):
+        if isinstance(other, (Array, list, tuple)):
+            ys = other.xs if isinstance(other, Array) else list(other)
+            if len(ys) != len(self.xs):
+                raise ValueError("operands could not be broadcast together")
+            return Array(op(x, y) for x, y in zip(self.xs, ys))
+        return Array(op(x, other) for x in self.xs)
+
+    def __eq__(self, other):
+        return self._each(other, lambda x, y: x == y)
+
+    def __ne__(self, other):
+        return self._each(other, lambda x, y: x != y)
+
+    def __bool__(self):
+        if len(self.xs) != 1:
+            raise ValueError("the truth value of an array with %d elements is ambiguous"
+                             % len(self.xs))
+        return bool(self.xs[0])
+
+    def all(self):
+        return all(self.xs)
+
+    def any(self):
+        return any(self.xs)
+
+    __hash__ = None
+
+
+def array(*xs):
+    return Array(xs)
+
+
+class Number:
+    """As sympy's Integer (sympy itself imports ctypes, which the grader denies): equal to
+    itself and to the plain number of the same value, to nothing else."""
+    def __init__(self, n):
+        self.n = n
+
+    def __eq__(self, other):
+        if isinstance(other, Number):
+            return self.n == other.n
+        return isinstance(other, (int, float, fractions.Fraction)) and self.n == other
+
+    def __hash__(self):
+        return hash(self.n)
+
+
+def integer(n):
+    return Number(n)
+
+
+def half():
+    return fractions.Fraction(1, 2)
+
+
+def refuser(v):
+    return Refuser(v)
+
+
+def counting():
+    return _Counting(10 ** 9)  # never says yes: the count of the probe's comparisons
+
+
+def wrong_list():
+    return _Liar(list)
+
+
+def wrong_int():
+    return _Liar(int)
+
+
+def wrong_small():
+    return _Small(int)
+
+
+def wrong_counting():
+    return _Counting(3)
+
+
+def wrong_truthy():
+    return _Truthy()
+
+
+def wrong_raising():
+    return _RaisesFirst(3)
+'''
+
+HONEST_TESTS = '''
+import fractions
+
+import pkg
+
+
+def test_numpy_like_array():
+    assert (pkg.array(1, 2, 3) == pkg.array(1, 2, 3)).all()
+    assert (pkg.array(1, 2, 3) != [1, 2, 4]).any()
+    assert (pkg.array(7) == 7).all()  # one element: its truth is the element's
+    assert not (pkg.array() == 5).any()  # an empty array: its truth cannot be read
+
+
+def test_sympy_like_number():
+    assert pkg.integer(5) == pkg.integer(5)
+    assert pkg.integer(5) == 5
+    assert pkg.integer(2) == 2.0
+
+
+def test_fraction():
+    assert pkg.half() == fractions.Fraction(1, 2)
+
+
+def test_refuser():
+    assert pkg.refuser(3) == pkg.refuser(3)
+
+
+def test_probe_count_varies():
+    # the probe's comparisons of 20 values: a liar that counts calls cannot know the last one
+    counts = []
+    for _ in range(20):
+        c = pkg.counting()
+        assert c != 1
+        counts.append(c.calls)
+    assert len(set(counts)) > 1
+'''
+
+LIARS = ("wrong_list", "wrong_int", "wrong_small", "wrong_counting", "wrong_truthy",
+         "wrong_raising")
+LIAR_TESTS = '''
+import pkg
+
+
+def test_wrong_list():
+    assert pkg.wrong_list() == [3, 1, 2]
+
+
+def test_wrong_int():
+    assert pkg.wrong_int() == 42
+
+
+def test_wrong_small():
+    assert pkg.wrong_small() == 7
+
+
+def test_wrong_counting():
+    assert pkg.wrong_counting() == [1, 2]
+
+
+def test_wrong_truthy():
+    assert pkg.wrong_truthy() == "abc"
+
+
+def test_wrong_raising():
+    assert pkg.wrong_raising() == (1, 2)
+'''
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = make_sandbox(SandboxConfig(site_packages=True))  # pytest, as the repo layer has it
+    yield sb
+    sb.close()
+
+
+def _run(sandbox, tests: str):
+    tree = {"pkg.py": PACKAGE.encode(), "test_pkg.py": tests.encode()}
+    return run_tests(tree, None, sandbox, Limits(timeout_s=60, memory_mb=1024), per_test_s=10.0)
+
+
+def test_honest_package_objects_pass_the_probe_unflagged(sandbox):
+    run = _run(sandbox, HONEST_TESTS)
+    assert run.infra is None, run.infra
+    assert run.outcomes and set(run.outcomes.values()) == {"passed"}, run.messages
+    assert "non_plain_result" not in run.flags and not run.flags
+
+
+def test_type_aware_and_call_counting_liars_fail_and_are_flagged(sandbox):
+    run = _run(sandbox, LIAR_TESTS)
+    assert run.infra is None, run.infra
+    assert {k.rsplit("::", 1)[-1][5:] for k in run.outcomes} == set(LIARS)
+    assert set(run.outcomes.values()) == {"failed"}, run.outcomes
+    assert all("plain values only" in m for m in run.messages.values()), run.messages
+    assert "non_plain_result" in run.flags
