@@ -20,6 +20,8 @@ from typing import Any, Callable
 import numpy as np
 
 from envs.base import Environment, breakdown_of
+from envs.chat import ChatEpisode, ChatRenderer
+from envs.tools import schemas
 from flows.episode_exec import Stepped
 from rewards.advantages import advantages_for
 from rewards import outcome
@@ -58,6 +60,9 @@ class Episode:
     final: dict | None = None  # the closing turn's info (grade, end_reason)
     backend: str = ""
     image_digest: str | None = None
+    chat: ChatEpisode | None = None  # the messages, where the kind acts through tools
+    tool_calls: int = 0  # calls its turns made (tools episodes), and how many could not run
+    malformed_calls: int = 0
 
     @property
     def done(self) -> bool:
@@ -82,17 +87,21 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
     in a chat template the policy is an instruct model: each action is what its answer stands
     for (`Environment.answer`, e.g. the code of a fenced block), and the text stays as written."""
     instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+    renderers: dict[str, ChatRenderer] = {}
     eps = []
     for t, env in zip(tasks, envs):
         state, obs = env.reset(t)
-        ids = tok.encode_prompt(obs)
+        r = _renderer(env, tok, instruct, renderers)
+        ids = r.ids(r.opening(obs), True) if r else tok.encode_prompt(obs)
         need = len(ids) + env.action_tokens(action_tokens)
         if need > max_len:  # a config that cannot fit the task, not a failure of the model
             raise ValueError(f"task {t.task_id}: its first observation is {len(ids)} tokens and "
                              f"an action up to {need - len(ids)}, more than policy.max_len="
                              f"{max_len}; raise policy.max_len or drop the task")
         for g in range(group):
-            eps.append(Episode(t, env, g, state, obs, EpisodeTokens(list(ids))))
+            chat = ChatEpisode(r, r.opening(obs), EpisodeTokens) if r else None
+            eps.append(Episode(t, env, g, state, obs,
+                               chat.tokens if chat else EpisodeTokens(list(ids)), chat=chat))
     for turn in range(1, max((e.env.max_turns for e in eps), default=0) + 1):
         live = [e for e in eps if not e.done]
         if not live:
@@ -106,8 +115,11 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
             samples, seconds = sample_fn(turn, [e.tokens.context() for e in part], part, b, k)
             gen = seconds / max(1, len(part))
             for e, s in zip(part, samples):
-                e.tokens.add_policy(s.completion_ids, s.logprobs)
-                action = e.env.answer(e.state, s.text) if instruct else s.text
+                if e.chat:  # the tool calls are read on the worker (the kind's step)
+                    e.chat.add_assistant(s.completion_ids, s.logprobs)
+                else:
+                    e.tokens.add_policy(s.completion_ids, s.logprobs)
+                action = e.env.answer(e.state, s.text) if instruct and not e.chat else s.text
                 e.executed = action if action != s.text else None
                 e.actions.append(action)
                 e.text.append(s.text)
@@ -118,16 +130,37 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
             e.state = r.state
             e.wall_s += r.seconds
             e.backend, e.image_digest = r.backend, r.image_digest
+            e.tool_calls += int(r.info.get("tool_calls", 0))
+            e.malformed_calls += int(r.info.get("malformed_calls", 0))
             seen = fit_observation(tok, r.observation, e.env.obs_tokens) if r.observation else ""
             if r.info.get("action") != "none":  # a real turn (not an end for a full context)
                 e.turn_seconds.append(float(r.info.get("seconds", r.seconds)))
                 e.observations.append(seen)
             if r.done:
                 e.final = r.info
+            elif e.chat:  # the turn's result as a tool message, in the template's own tokens
+                ids = e.chat.add_messages([{"role": "tool", "content": seen}])
+                e.text.append(e.chat.r.tok.decode(ids, skip_special_tokens=False))
             else:
                 e.tokens.add_env(tok.encode(observation_text(seen), bos=False))
                 e.text.append(observation_text(seen))
     return eps
+
+
+def _renderer(env: Environment, tok, instruct: bool, cache: dict[str, ChatRenderer]
+              ) -> ChatRenderer | None:
+    """The chat renderer of a kind whose episodes run as messages with tools (its
+    `tool_kind`), one per kind; None for text actions."""
+    kind = getattr(env, "tool_kind", None)  # only kinds with tools (envs/tools.py) have it
+    if kind is None:
+        return None
+    if not instruct:
+        raise ValueError(f"kind {env.name!r}: action_format='tools' needs a policy tokenizer "
+                         "with a chat template (an instruct model with policy.chat_template: "
+                         "true); the byte-level default plays action_format='xml'")
+    if kind not in cache:
+        cache[kind] = ChatRenderer(tok, tools=schemas(kind), name=f"{kind}:policy template")
+    return cache[kind]
 
 
 def solved(e: Episode) -> bool | None:
@@ -206,6 +239,14 @@ def episode_metrics(eps: list[Episode], prefix: str = "episode") -> dict:
                                             for e in eps) / len(eps)
     marks = [s for s in map(solved, eps) if s is not None]
     out[f"{prefix}/pass_rate"] = float(np.mean(marks)) if marks else math.nan
+    chats = [e for e in eps if e.chat]
+    if chats:  # tools episodes: call validity, and whether the template kept the history
+        calls = sum(e.tool_calls for e in chats)
+        out[f"{prefix}/tool_calls_mean"] = calls / len(chats)
+        out[f"{prefix}/tool_valid_rate"] = (1 - sum(e.malformed_calls for e in chats) / calls
+                                            if calls else math.nan)
+        out[f"{prefix}/chat_prefix_stable"] = float(np.mean(
+            [all(a.prefix_stable for a in e.chat.appends) for e in chats]))
     return out
 
 

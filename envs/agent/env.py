@@ -53,6 +53,16 @@ class EpisodeConfig(BaseModel):
         "the environment's own count, never read from the program's output (issue 34); none: "
         "the hidden-test grade alone")
     shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
+    action_format: Literal["xml", "tools"] = Field(
+        "xml", description="xml = actions in rollforge's own verbs (<write>, <run_tests/>, "
+        "<run>, <submit/>) inside one token sequence, for a model without a chat template (the "
+        "tiny default); tools = the episode as messages in the policy's chat template, the verbs "
+        "as tools (envs/tools.py) called in `tool_format`, each turn's result a tool message, "
+        "token-exact (envs/chat.py, envs/CHAT.md); needs a policy tokenizer with a chat template")
+    tool_format: Literal["hermes", "json"] = Field(
+        "hermes", description="how tool calls are read with action_format=tools: hermes = JSON "
+        "in <tool_call>...</tool_call> (Hermes, Qwen, and the prompt rollforge writes for a "
+        "template without tools); json = the reply is plain JSON calls (envs/toolcalls.py)")
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
                             "instead of bare reference bodies: multi-turn transcripts through the "
                             "real environment for the edge families (naive attempt, real test "
@@ -67,6 +77,10 @@ class EpisodeConfig(BaseModel):
         if self.shaping != "none" and self.shaping_coef == 0:
             raise ValueError(f"episodes.shaping={self.shaping!r} with shaping_coef=0 does "
                              "nothing; set shaping='none' or a positive coefficient")
+        if self.action_format == "tools" and self.sft_demos:
+            raise ValueError("episodes.action_format='tools' with sft_demos=true: the warm-start "
+                             "demonstrations are in the xml action format only (not built as "
+                             "tool calls yet); set sft_demos=false")
         return self
 
 
@@ -119,19 +133,32 @@ class AgentEnv(Environment):
         return EpisodeEnv(sandbox, limits, grade, max_turns=c.max_turns,
                           time_budget_s=c.time_budget_s, obs_bytes=c.obs_bytes, intro=c.intro)
 
+    @property
+    def tool_kind(self) -> str | None:
+        """The kind whose tools (envs/tools.py) this env's episodes use as messages; None:
+        text actions in one sequence (flows/episodes.py `play` reads it)."""
+        return "agent" if self.config.action_format == "tools" else None
+
     def reset(self, task: Task) -> tuple[Any, str]:
         env = self._env(None)
         obs = env.reset(task)
+        if self.tool_kind:  # the XML instructions would contradict the tools
+            obs = _tools_intro(task, self.config)
         return env.state(), obs
 
     def step(self, state: Any, action: str | None, ctx: StepContext) -> StepResult:
         t0 = time.perf_counter()
         env = self._env(ctx).restore(state)
+        calls: dict = {}
         if action is None:
             obs, done, info = "", True, env.end("context_full")
+        elif self.tool_kind:
+            text, refused, calls = _from_tool_calls(action, self.config.tool_format)
+            obs, done, info = env.step(text, refused=refused)
         else:
             obs, done, info = env.step(action)
-        info = dict(info, wall_s=time.perf_counter() - t0)
+        info = dict(info, **calls)
+        info["wall_s"] = time.perf_counter() - t0
         if done:
             info["grade"] = _breakdown(info.get("grade") or {}, state.task)
             info["shaping"] = self.shaping(env.state().history, info["grade"])
@@ -154,6 +181,44 @@ class AgentEnv(Environment):
         fracs = [h["visible_passed"] / h["visible_total"] for h in history
                  if _count_ok(h.get("visible_passed"), h.get("visible_total"))]
         return c.shaping_coef * max(fracs, default=0.0)
+
+
+TOOLS_INTRO = """\
+Write the function below into `solution.py` (the whole function, signature included) with the
+tools: write it, run the visible tests, read the result, fix it, and submit. The episode ends at
+submit, after {max_turns} turns, or after {budget:.0f} s of running time.
+
+{prompt}"""
+
+
+def _tools_intro(task: Task, c: EpisodeConfig) -> str:
+    """The first user message of a tools episode (`intro: full` adds the visible examples)."""
+    from envs.agent.episode import truncate  # noqa: PLC0415
+
+    text = TOOLS_INTRO.format(max_turns=c.max_turns, budget=c.time_budget_s, prompt=task.prompt)
+    if c.intro == "full" and task.examples:
+        text += "\nVisible examples (run_tests checks these):\n" + "".join(
+            f"  {task.entry_point}({', '.join(repr(a) for a in ex.args)}) == {ex.expected!r}\n"
+            for ex in task.examples)
+    return truncate(text, c.obs_bytes)
+
+
+def _from_tool_calls(text: str, fmt: str) -> tuple[str, str | None, dict]:
+    """A tools turn as the agent kind's action text, the reason it cannot run (None: it can),
+    and the turn's call counts for `info`."""
+    from envs.toolcalls import parse_tool_calls  # noqa: PLC0415
+    from envs.tools import action_text  # noqa: PLC0415
+
+    parsed = parse_tool_calls(text, fmt)  # type: ignore[arg-type]
+    actions, refused = action_text("agent", list(parsed.calls))
+    counts = {"tool_calls": len(parsed.calls), "malformed_calls": len(refused)}
+    if refused:
+        why = "; ".join(m.reason for m in refused)
+        return actions, f"{len(refused)} of {len(parsed.calls)} tool calls cannot run: {why}", counts
+    if not parsed.calls:
+        return "", ("no tool call found: call write_file, run_tests, run or submit "
+                    f"({fmt} format)"), counts
+    return actions, None, counts
 
 
 def _count_ok(passed, total) -> bool:

@@ -251,7 +251,10 @@ class EpisodeEnv:
         info["reward"] = grade.get("reward")
         return f"Episode over ({reason}). Final reward: {grade.get('reward')!r}."
 
-    def step(self, action_text: str) -> tuple[str, bool, dict]:
+    def step(self, action_text: str, refused: str | None = None) -> tuple[str, bool, dict]:
+        """Run a turn's actions. `refused`: the turn's actions came as tool calls and some could
+        not be read (envs/tools.py); the turn is then malformed with that reason, as a
+        malformed action is, and nothing of it runs."""
         if self.task is None or self.done:
             raise RuntimeError("step() needs an episode in progress: call reset(task) first")
         start = time.monotonic()
@@ -260,6 +263,8 @@ class EpisodeEnv:
         parts: list[str] = []
         submitted = False
         try:
+            if refused is not None:
+                raise ActionError(refused)
             actions = parse_actions(action_text, self.files)
         except ActionError as exc:
             info["action"] = "malformed"

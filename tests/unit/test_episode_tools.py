@@ -1,0 +1,127 @@
+"""The agent kind with `action_format: tools` in the one episode loop (`play`): the episode is a
+conversation in SmolLM2-135M-Instruct's real chat template, the policy calls tools (a scripted
+policy whose tokens are drawn from the real tokenizer, not a model), the calls run through the
+kind's own episode code in the real process sandbox and the hidden-test grader, each turn's
+result comes back as a tool message, and the trainer's tokens are the sampled ones as drawn."""
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from envs.base import EnvError
+from envs.registry import make_env
+from flows.config import load_config
+from flows.episode_exec import step_local
+from flows.episodes import episode_metrics, episode_rows, full_function, play
+from storage.schema import rows_to_table
+from training import pretrained
+from training.generate import Sample
+from training.tokenizer import ByteTokenizer
+
+EDGES = ["max_or", "digit_sum"]  # edge-case families: a visible example holds the edge
+WRONG = "    return None\n"  # a first attempt that fails the visible examples
+
+
+@pytest.fixture(scope="module")
+def tok():
+    path = pretrained.converted_dir("smollm2-135m-instruct")
+    if not (path / pretrained.MODEL_FILE).is_file():
+        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+    from training.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(path))
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return load_config(None, ["episodes.enabled=true", "episodes.max_turns=3"])
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    ts = make_env("agent", {"sft_demos": False, "procedural": {
+        "families": EDGES, "tasks_per_family": 3}}).generate()
+    return [next(t for t in ts if t.family == f) for f in EDGES]
+
+
+def _call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def tool_policy(tok, drawn, first_turn=None):
+    """Turn 1 writes a wrong body and runs the visible tests; after a FAIL it writes the
+    reference and submits, else it submits. Every draw is kept in `drawn`."""
+    def fn(turn, contexts, episodes, _max_new, _k):
+        out = []
+        for ctx, e in zip(contexts, episodes):
+            last = e.observations[-1] if e.observations else ""
+            if turn == 1:
+                text = first_turn or (_call("write_file", path="solution.py", content=full_function(
+                    e.task, WRONG)) + "\n" + _call("run_tests"))
+            elif "FAIL" in last:
+                text = _call("write_file", path="solution.py",
+                             content=full_function(e.task, e.task.reference)) + _call("submit")
+            else:
+                text = _call("submit")
+            ids = tok.encode(text, bos=False) + [tok.eos_token_id]
+            lps = [-(i + 1) / 1000 for i in range(len(ids))]
+            drawn.setdefault(e.task.task_id, []).append((ids, lps))
+            out.append(Sample(list(ctx), ids, lps, text, True))
+        return out, 0.0
+    return fn
+
+
+def _step(cfg):
+    def step(turn, items):  # pickled both ways, as on a Dask worker
+        out = step_local(pickle.loads(pickle.dumps(items)), cfg.sandbox, cfg.rewards)
+        return pickle.loads(pickle.dumps(out))
+    return step
+
+
+def _play(cfg, tok, tasks, policy, **options):
+    env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "action_format": "tools",
+                             "sft_demos": False, **options})
+    return play(tasks, [env] * len(tasks), 1, 2048, tok, 256, policy, _step(cfg))
+
+
+def test_tools_episodes_run_through_the_kinds_own_code_and_train_on_the_drawn_tokens(cfg, tok,
+                                                                                    tasks):
+    drawn: dict = {}
+    eps = _play(cfg, tok, tasks, tool_policy(tok, drawn))
+    for e in eps:
+        assert "FAIL" in e.observations[0] and e.final["end_reason"] == "submit"
+        assert e.grade.solved, (e.task.task_id, e.grade)
+        t = e.tokens
+        policy = [(i, lp) for i, lp, m in zip(t.ids, t.logprobs, t.mask) if m]
+        assert policy == [p for ids, lps in drawn[e.task.task_id] for p in zip(ids, lps)]
+        assert e.chat.check().equal  # SmolLM2's template is prefix-stable here
+        assert [m["role"] for m in e.chat.messages] == ["system", "user", "assistant", "tool",
+                                                        "assistant"]
+        assert "write_file" in e.chat.messages[0]["content"]  # tools as text: no tools= support
+        assert e.tool_calls == 4 and e.malformed_calls == 0
+    m = episode_metrics(eps)
+    assert m["episode/tool_valid_rate"] == 1.0 and m["episode/chat_prefix_stable"] == 1.0
+    rows = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())
+    assert rows_to_table(rows, 0, 0).num_rows == len(eps)
+    assert all(r["completion_mask"] == e.tokens.mask for r, e in zip(rows, eps))
+
+
+def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(cfg, tok, tasks):
+    drawn: dict = {}
+    bad = '<tool_call>\n{"name": "write_file", "arguments": {"path": "solution.py"}\n</tool_call>'
+    eps = _play(cfg, tok, tasks[:1], tool_policy(tok, drawn, first_turn=bad))
+    e = eps[0]
+    assert e.state.history[0]["action"] == "malformed"
+    assert "tool calls cannot run" in e.observations[0] and "not valid JSON" in e.observations[0]
+    assert e.malformed_calls == 1 and e.final["end_reason"] == "submit"
+    assert episode_metrics(eps)["episode/tool_valid_rate"] == pytest.approx(1 - 1 / e.tool_calls)
+
+
+def test_tools_need_a_chat_template_and_xml_stays_the_default(cfg, tasks):
+    assert make_env("agent", cfg.episodes.model_dump(mode="json")).tool_kind is None
+    with pytest.raises(EnvError, match="sft_demos=false"):  # no tool-call demonstrations yet
+        make_env("agent", {"action_format": "tools"})
+    with pytest.raises(ValueError, match="needs a policy tokenizer with a chat template"):
+        _play(cfg, ByteTokenizer(), tasks[:1], tool_policy(ByteTokenizer(), {}))
