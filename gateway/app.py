@@ -133,6 +133,9 @@ class Gateway:
 
     def record(self, episode: str, endpoint: str, model: str, request: SampleRequest,
                comps: list[Completion], seconds: float, messages: list[dict] | None) -> int:
+        # Which prompt a choice continues is its place (the boundary's answers are
+        # prompt-major), not `Completion.prompt_index`: flows/sampler.py's `_scatter` renumbers
+        # an engine's completions of an n > 1 request by position.
         rec = {"run_id": self.cfg.run_id, "endpoint": endpoint, "model": model,
                "policy_version": self.version, "created": time.time(), "seconds": seconds,
                "request": {"n": request.n, "temperature": request.temperature,
@@ -140,7 +143,7 @@ class Gateway:
                            "stop": list(request.stop), "greedy": request.greedy,
                            "seed": request.seed},
                "messages": messages, "prompts": [list(p) for p in request.prompts],
-               "choices": [{"index": i, "prompt_index": c.prompt_index,
+               "choices": [{"index": i, "prompt_index": i // request.n,
                             "token_ids": list(c.token_ids), "logprobs": list(c.logprobs),
                             "finish_reason": c.finish_reason, "text": c.text}
                            for i, c in enumerate(comps)]}

@@ -127,6 +127,18 @@ def test_token_id_prompts_are_sampled_as_given(served, spy):
     assert gw.records.turns("ids-1")[0]["prompts"] == [ids]
 
 
+def test_a_batch_of_prompts_records_which_prompt_each_choice_continues(served, spy):
+    srv, gw = served
+    resp = _client(srv, episode="batch-1").completions.create(
+        model="gw", prompt=["a = ", "bb = "], n=2, max_tokens=3)
+    rec, = gw.records.turns("batch-1")
+    assert [c["prompt_index"] for c in rec["choices"]] == [0, 0, 1, 1]
+    rows = episode_rows([rec], gw.tok, "gw")
+    assert [r["prompt"] for r in rows] == ["a = ", "a = ", "bb = ", "bb = "]
+    assert [c.model_extra["token_ids"] for c in resp.choices] == [
+        list(c.token_ids) for c in spy[0][1]]
+
+
 def test_a_wrong_or_missing_key_is_401_and_records_nothing(served):
     srv, gw = served
     with pytest.raises(openai.AuthenticationError) as err:
