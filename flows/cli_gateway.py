@@ -1,8 +1,9 @@
 """`rollforge gateway [--config FILE] [--set K=V] [--version latest|N] [--host H] [--port P]
 [--chat-template FILE] [--records DIR]`: an OpenAI-compatible endpoint in front of a run's
 policy (gateway/README.md). With `--rows EPISODE|all` it serves nothing: it prints the
-recorded episode's trajectory rows as JSON lines (gateway/rows.py) and exits. The key comes from ROLLFORGE_GATEWAY_KEY or --key-file, never
-from the command line (where `ps` would show it)."""
+recorded episode's trajectory rows as JSON lines (gateway/rows.py) and exits. The key comes
+from ROLLFORGE_GATEWAY_KEY or --key-file, never from the command line (where `ps` would show
+it)."""
 from __future__ import annotations
 
 import argparse

@@ -105,7 +105,8 @@ class Gateway:
         max_tokens = s.max_tokens or self.cfg.sampling.max_new_tokens
         limit = self.cfg.policy.max_len
         for i, p in enumerate(prompts):
-            if bad_id := next((t for t in p if not 0 <= t < self.tok.vocab_size), None):
+            bad_id = next((t for t in p if not 0 <= t < self.tok.vocab_size), None)
+            if bad_id is not None:
                 raise api.bad(f"prompt[{i}] holds token id {bad_id}, outside the policy's "
                               f"vocabulary (0..{self.tok.vocab_size - 1})", "prompt", "invalid_prompt")
             if len(p) + max_tokens > limit:
