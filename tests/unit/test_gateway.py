@@ -285,6 +285,25 @@ def test_a_token_id_conversation_keeps_each_branch_of_n(served):
     assert conv["completion_mask"] == [1] * len(s1) + [0] * len(obs) + [1] * len(s2)
 
 
+def _turn(turn, version, prompt, ids, lps):
+    return {"episode_id": "v", "turn": turn, "policy_version": version, "prompts": [prompt],
+            "choices": [{"prompt_index": 0, "token_ids": ids, "logprobs": lps, "text": ""}]}
+
+
+def test_a_turn_sampled_by_another_policy_version_starts_a_row_of_its_own(served):
+    _, gw = served
+    # turn 1 continues turn 0's ids exactly, but a newer version sampled it: one row per version
+    turns = [_turn(0, 0, [257, 97], [98, 99], [-1.0, -2.0]),
+             _turn(1, 1, [257, 97, 98, 99, 100], [101], [-0.5]),
+             _turn(2, 1, [257, 97, 98, 99, 100, 101, 102], [103], [-0.25])]
+    rows = episode_rows(turns, gw.tok, "gw")
+    assert [(r["policy_version"], r["end_reason"], r["turns"]) for r in rows] == [
+        (0, "split", 1), (1, "client", 2)]
+    assert rows[1]["completion_token_ids"] == [101, 102, 103]
+    assert rows[1]["completion_mask"] == [1, 0, 1]
+    assert rows[1]["sampling_logprobs"] == [-0.5, 0.0, -0.25]
+
+
 def test_streamed_answers_are_the_recorded_ones(served):
     srv, gw = served
     stream = _client(srv, episode="stream-1").completions.create(
