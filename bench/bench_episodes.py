@@ -36,6 +36,7 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], help="config override key=value")
     args = ap.parse_args()
 
+    from envs.io.families.edges import EDGES, first_attempts  # noqa: PLC0415
     from envs.registry import make_env  # noqa: PLC0415
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
@@ -43,7 +44,6 @@ def main() -> int:
     from flows.iteration import sft_stage  # noqa: PLC0415
     from flows.rollouts import close_clients, dask_client, total_threads  # noqa: PLC0415
     from flows.stages import heldout_tasks  # noqa: PLC0415
-    from tasks.families.edges import EDGES, first_attempts  # noqa: PLC0415
     from training import checkpoints  # noqa: PLC0415
     from training.episodes import sample_actions  # noqa: PLC0415
     from training.tokenizer import ByteTokenizer  # noqa: PLC0415

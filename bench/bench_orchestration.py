@@ -47,7 +47,7 @@ def main() -> int:
     from flows.episodes import play
     from flows.rollouts import close_clients, dask_client
     from storage.trajectories import read_trajectories
-    from tasks.procedural import generate_suite
+    from envs.io.procedural import generate_suite
     from training.generate import Sample
     from training.tokenizer import ByteTokenizer
 

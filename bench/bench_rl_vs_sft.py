@@ -47,12 +47,12 @@ from flows.env import apply_defaults, standalone_env  # noqa: E402
 apply_defaults()
 import torch  # noqa: E402
 
+from envs.io.procedural import FAMILIES  # noqa: E402
 from flows.config import load_config  # noqa: E402
 from flows.report import group_rate  # noqa: E402
 from flows.stages import sft_data, task_pool  # noqa: E402
 from storage.registry import read_metrics  # noqa: E402
 from tasks.curriculum import informative_groups  # noqa: E402
-from tasks.procedural import FAMILIES  # noqa: E402
 from training import checkpoints  # noqa: E402
 from training import engine as eng  # noqa: E402
 from training.batch import make_batch, token_logprobs  # noqa: E402

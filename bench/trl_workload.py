@@ -89,7 +89,7 @@ def build_init(out: Path, seed: int = 0) -> Path:
 def warm_start_pairs(exclude_prompts: set[str], seeds: range = range(1, 9)) -> list[tuple[str, str]]:
     """(prompt, reference) of affine training tasks drawn with other seeds, none of the bench's
     prompts (another seed draws other constants and docstring examples)."""
-    from tasks.procedural import generate_suite
+    from envs.io.procedural import generate_suite
 
     pairs: dict[str, str] = {}
     for s in seeds:

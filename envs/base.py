@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.io_tests import Outcome, TestReport
+from rewards.reports import Outcome, TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -151,6 +151,11 @@ class Environment:
         """The kind's hack suite on `task`: `envs.hacks.Attack`s, each of which must earn nothing
         and raise a named flag (`rollforge hacks`, envs/hacks.py)."""
         return []
+
+    def attack_tasks(self) -> list[Task]:
+        """The tasks `rollforge hacks` plays the suite on when no file is given: the kind's own
+        (`generate`); a kind that generates none returns a task file it ships."""
+        return self.generate()
 
     # -- an episode --------------------------------------------------------------------------
     def reset(self, task: Task) -> tuple[Any, str]:

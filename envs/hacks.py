@@ -1,8 +1,8 @@
 """Hack suites: the attacks tried on each kind's grader, run through the real grader and sandbox.
 
 A kind lists its attacks in `Environment.attacks(task)` (each kind keeps them in its own module,
-next to its grader: `envs/<kind>/hacks.py`, or `envs/<kind>_hacks.py` for a kind that is one
-file). An `Attack` is what a policy could send: the actions of one episode (one answer for a
+next to its grader: `envs/<kind>/hacks.py`; the kinds whose answer is one function share
+`envs/function_hacks.py`). An `Attack` is what a policy could send: the actions of one episode (one answer for a
 single-turn kind), built for a given task. Every attack must earn no credit (reward <= 0, not
 solved) and carry at least one of its named flags. `run_suite` plays each attack as an episode
 through `reset`/`step`, exactly as the loop does, so what is measured is what a run would pay.

@@ -29,7 +29,7 @@ from tasks.record import Task
 GROUP = "rollforge.environments"
 
 BUILTIN: dict[str, str] = {
-    "io": "envs.functions:FunctionsEnv",
+    "io": "envs.io:FunctionsEnv",
     "dataframe": "envs.dataframe:DataFrameEnv",
     "humaneval": "envs.humaneval:HumanEvalEnv",
     "testfile": "envs.testfile:TestFileEnv",

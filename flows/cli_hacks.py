@@ -6,9 +6,6 @@ import argparse
 import json
 import sys
 
-# Kinds that generate no tasks of their own are attacked on a shipped task file.
-DEFAULT_FILES = {"testfile": "envs/testfile/data/basics.jsonl"}
-DEFAULT_KINDS = ("io", "humaneval", "dataframe", "testfile", "agent", "ops", "logic", "repo")
 
 
 def register(subparsers) -> None:
@@ -19,7 +16,7 @@ def register(subparsers) -> None:
         "tried (attack x task), credited (reward > 0 or solved: must be 0), flagged (raised a "
         "flag the attack names). Exit 0 when every attack was refused, 1 otherwise.")
     p.add_argument("kinds", nargs="*", metavar="KIND",
-                   help=f"kinds to attack (default: {', '.join(DEFAULT_KINDS)})")
+                   help="kinds to attack (default: every built-in kind, `rollforge envs`)")
     p.add_argument("--options", default=None, metavar="JSON",
                    help="options of the kind (only with one KIND)")
     p.add_argument("--file", default=None, help="attack the tasks of this task file (one KIND)")
@@ -41,14 +38,14 @@ def _spread(tasks: list, n: int) -> list:
 def _hacks(args) -> int:
     from envs.base import EnvError, StepContext
     from envs.hacks import run_suite, summary
-    from envs.registry import make_env
+    from envs.registry import BUILTIN, make_env
     from flows.cli import UsageError
     from rewards.aggregate import RewardConfig
     from sandbox.config import SandboxConfig
     from sandbox.registry import make_sandbox
     from tasks.files import load_tasks
 
-    kinds = args.kinds or list(DEFAULT_KINDS)
+    kinds = args.kinds or list(BUILTIN)
     if (args.options or args.file) and len(kinds) != 1:
         raise UsageError("--options and --file need exactly one KIND")
     if args.tasks < 1:
@@ -61,8 +58,8 @@ def _hacks(args) -> int:
     for kind in kinds:
         try:
             env = make_env(kind, options)
-            path = args.file or DEFAULT_FILES.get(kind)
-            tasks = load_tasks(path) if path else env.generate()
+            # a kind that generates no tasks names the file it is attacked on (attack_tasks)
+            tasks = load_tasks(args.file) if args.file else env.attack_tasks()
         except (EnvError, OSError, ValueError) as exc:
             raise UsageError(f"kind {kind!r}: {exc}") from None
         cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}),

@@ -293,8 +293,8 @@ def validate_config(raw: dict) -> RunConfig:
     except ValidationError as err:
         raise ConfigError(_format_errors(err)) from None
     from envs.base import EnvError  # noqa: PLC0415
+    from envs.io.procedural import FAMILIES  # noqa: PLC0415
     from envs.sources import build_pool  # noqa: PLC0415
-    from tasks.procedural import FAMILIES  # noqa: PLC0415
 
     unknown = sorted(set(cfg.tasks.families) - set(FAMILIES))
     if unknown:

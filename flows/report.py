@@ -41,7 +41,7 @@ def iteration_table(metrics: pd.DataFrame) -> str:
 def family_groups(fams: list[str]) -> dict[str, list[str]]:
     """Verification-only families (no reference: only RL can teach them) against the rest, when
     a run has both."""
-    from tasks.procedural import FAMILIES
+    from envs.io.procedural import FAMILIES
 
     vo = [f for f in fams if f in FAMILIES and FAMILIES[f].verify_only]
     rest = [f for f in fams if f not in vo]

@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from envs.base import Environment
+from envs.io.procedural import GENERIC_NAMES
 from envs.registry import env_for_task
 from envs.sources import SourceConfig, allocate, build_pool, sft_tasks_of
 from flows.config import RunConfig, task_sources
@@ -23,7 +24,6 @@ from rewards import outcome
 from rewards.outcome import SOLVED_FACTS, fill_solved
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
-from tasks.procedural import GENERIC_NAMES
 from tasks.record import Task
 
 _CODE_FILES = ("envs", "flows", "tasks", "sandbox", "rewards", "storage", "training")
@@ -68,7 +68,7 @@ def probe_split(tasks: list[Task], n: int,
     """(probe, rest) of the warm start's tasks with a reference: the `n` distinct prompts first
     by a hash of (task id, prompt) are the probe (`sft.until_pass`), and no task with a probe
     prompt is trained on. The same tasks on every machine and in every process.
-    `generic_names=False`: no task shown under a name of `tasks.procedural.GENERIC_NAMES` is
+    `generic_names=False`: no task shown under a name of `envs.io.procedural.GENERIC_NAMES` is
     a probe task (it is trained on)."""
     with_ref = [t for t in tasks if t.reference is not None]
     eligible = with_ref if generic_names else [

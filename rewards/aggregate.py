@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from rewards.advantages import group_advantages  # noqa: F401  (the flows' entry point)
-from rewards.io_tests import TestReport
 from rewards.outcome import solved
+from rewards.reports import TestReport
 from rewards.static_checks import StaticReport
 
 
@@ -97,7 +97,9 @@ def aggregate(report: TestReport, cfg: RewardConfig, static: StaticReport | None
     if report.infra_error:
         return RewardBreakdown(math.nan, math.nan, 0, total, report.outcomes, report.status,
                                "InfraError", flags, True, exec_time, **signals)
-    frac = report.passed / total if total else 0.0
+    # a kind's own score where it has one (TestReport.score), else the share of tests passed
+    frac = report.score if report.score is not None else (
+        report.passed / total if total else 0.0)
     if flags:
         reward = -cfg.hack_penalty  # no credit, whatever the tests said
     else:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from rewards.score import env_of, score
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task

@@ -1,6 +1,6 @@
 """What runs in the sandbox around a function-writing task's candidate, prepended to its harness:
 the sample's own process (`_spawn`, `_sample`) and the audit hook that guards it
-(`_install_guard`). Used by the `io`/`dataframe` harness (rewards/harness.py) and the HumanEval
+(`_install_guard`). Used by the `io`/`dataframe` harness (envs/io/harness.py) and the HumanEval
 harness (envs/humaneval/harness.py).
 
 Threat model. The candidate's code runs in the sample's process and can change anything written

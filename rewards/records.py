@@ -1,5 +1,5 @@
 """Reading a function harness's records back, trusting none of them, and the runtime flags
-they reveal (the io and dataframe harness, rewards/harness.py; the HumanEval one,
+they reveal (the io and dataframe harness, envs/io/harness.py; the HumanEval one,
 envs/humaneval/harness.py, per sample).
 
 The candidate runs in a forked process of its own; a record reaches the stream read here only

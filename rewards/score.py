@@ -6,7 +6,7 @@ grader."""
 from __future__ import annotations
 
 from rewards.aggregate import RewardBreakdown, RewardConfig
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 

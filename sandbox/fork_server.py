@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Loaded once in the zygote: what the graders' harnesses and the env's helper programs import
-# (rewards/harness.py, envs/humaneval/harness.py, rewards/wire.py, envs/agent/scripts.py) and what HumanEval prompts
+# (envs/io/harness.py, envs/humaneval/harness.py, rewards/wire.py, envs/agent/scripts.py) and what HumanEval prompts
 # and solutions import (typing, math, collections, re). Nothing more: every execution forks,
 # copies on write and tears down the zygote's whole heap, so a module that few programs use
 # costs all of them more (dataclasses, statistics, fractions, random, copy and threading made

@@ -20,10 +20,6 @@ from typing import Any, Iterable, Sequence
 
 from tasks.record import Task
 
-# Verifiers that compare returned values with `expected`: there a constant answer can be spotted.
-VALUE_VERIFIERS = {"io", "dataframe"}
-
-
 @dataclass(frozen=True)
 class TaskCheck:
     """The verdict on one task. `problems` empty means the task is fit to train on."""
@@ -56,8 +52,11 @@ def _canon(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=repr)
 
 
-def check_tests_consistent(task: Task) -> list[str]:
-    """Problems with a function task's tests that need no execution to see."""
+def check_tests_consistent(task: Task, *, compares_values: bool) -> list[str]:
+    """Problems with a function task's tests that need no execution to see. `compares_values`
+    (declared by the task's kind, `FunctionTaskEnv.compares_values`): its grader compares each
+    test's returned value with `expected`, so a repeated test or one answer for every test (a
+    constant would pass) is a problem too."""
     problems = []
     if task.entry_point is None or not re.search(
             rf"^\s*def\s+{re.escape(task.entry_point)}\s*\(", task.prompt, re.M):
@@ -74,7 +73,7 @@ def check_tests_consistent(task: Task) -> list[str]:
                 problems.append(f"{kind} {i}: args {list(case.args)!r} already expect "
                                 f"{answers[key]}, here {ans}")
             answers.setdefault(key, ans)
-    if task.verifier not in VALUE_VERIFIERS:
+    if not compares_values:
         return problems  # e.g. HumanEval: one test that is a check program, not a value
     if len({_canon(list(t.args)) for t in task.tests}) < len(task.tests):
         problems.append("a hidden test is repeated")

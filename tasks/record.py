@@ -55,11 +55,6 @@ class Task(BaseModel):
                                     description="the kind's own fields, checked by its Payload")
     source: str | None = None
 
-    @property
-    def verifier(self) -> str:
-        """The grading kind under its older name."""
-        return self.kind
-
     def fingerprint(self) -> str:
         """Content hash of what the policy sees and is graded on (used to remove duplicates)."""
         parts: list[Any] = [self.prompt, [t.model_dump(mode="json") for t in self.tests]]

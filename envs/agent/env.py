@@ -12,7 +12,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.base import Environment, StepContext, StepResult
-from envs.functions import FunctionsEnv, ProceduralOptions, function_problems
+from envs.function_task import function_problems
+from envs.io import FunctionsEnv, ProceduralOptions
 from rewards.aggregate import RewardBreakdown
 from tasks.record import Task
 

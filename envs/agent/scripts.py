@@ -256,7 +256,7 @@ def read_visible(res: ExecResult, nonce: str, entry: str, examples: Sequence[Any
     honest child writes its records (loaded or load_error, one record per example in order,
     tampered, end); each value is compared with its example's expected value here, outside the
     sandbox, so `passed <= total == len(examples)` whatever the program printed."""
-    from rewards.io_tests import values_equal  # noqa: PLC0415 (one definition of "equal")
+    from rewards.reports import values_equal  # noqa: PLC0415 (one definition of "equal")
 
     flags: list[str] = []
     flag = lambda name: flags.append(name) if name not in flags else None  # noqa: E731

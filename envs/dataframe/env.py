@@ -6,8 +6,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.dataframe.grading import run_dataframe_tests
-from envs.functions import FunctionTaskEnv
-from rewards.io_tests import TestReport
+from envs.function_task import FunctionTaskEnv
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -28,6 +28,7 @@ class DataFrameEnv(FunctionTaskEnv):
     description = "a pandas function of a DataFrame graded on generated frames"
     Config = DataFrameOptions
     site_packages = True
+    compares_values = True
 
     def generate(self) -> list[Task]:
         from envs.dataframe.families import generate_dataframe_suite  # noqa: PLC0415

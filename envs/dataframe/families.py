@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tasks.families.base import distinct_params, level_of
+from envs.io.families.base import distinct_params, level_of
 from tasks.record import Task, TestCase
 
 Params = dict[str, Any]

@@ -2,13 +2,13 @@
 generated frames is compared outside the sandbox, exactly like input/output tests.
 
 Each test input is a dict of columns (plain JSON). The io harness's `frames:` mode
-(rewards/harness.py) turns it into a `pandas.DataFrame`, calls the candidate, and turns the
+(envs/io/harness.py) turns it into a `pandas.DataFrame`, calls the candidate, and turns the
 result back into plain JSON with pandas' and numpy's own methods, taken before the candidate ran:
 numpy scalars become Python numbers, a Series with a default index a list and any other Series a
 dict keyed by its labels (as strings), a DataFrame a list of row dicts, an Index or array a list.
 A subclass of any of these (which could lie through its own methods) is refused as not plain
 data. The conversion runs in the harness, never in the candidate's namespace, so a completion
-cannot redefine it. The grading, threat model and outcomes are those of `rewards.io_tests`.
+cannot redefine it. The grading, threat model and outcomes are those of the io kind (envs/io/grading.py).
 
 Needs pandas importable by the sandbox's interpreter; where it is not, every run is reported as
 `infra_error` (NaN reward), never as the candidate's failure.
@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rewards.harness import PLAIN_SOURCE
-from rewards.io_tests import TestReport, run_io_tests
+from envs.io.grading import run_io_tests
+from envs.io.harness import PLAIN_SOURCE
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 

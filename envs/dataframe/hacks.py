@@ -1,11 +1,11 @@
-"""Hack suite of the `dataframe` kind: the single-function attacks (envs/functions_hacks.py) and
+"""Hack suite of the `dataframe` kind: the single-function attacks (envs/function_hacks.py) and
 what pandas and numpy add: their objects compare element-wise or through methods (`equals`,
 `tolist`, `item`, `to_dict`) that a subclass, or a patch of the class itself, can make lie. Each
 lie below answers with the task's *true* expected values, one per call, so a grader that
 converted results through the object's own methods would pay in full."""
 from __future__ import annotations
 
-from envs.functions_hacks import body, code, function_attacks
+from envs.function_hacks import body, code, function_attacks
 from envs.hacks import Attack, answer
 from tasks.record import Task
 

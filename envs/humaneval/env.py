@@ -8,10 +8,10 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.base import Environment
-from envs.functions import FunctionTaskEnv
+from envs.function_task import FunctionTaskEnv
 from envs.humaneval.grading import (run_humaneval_batch, run_humaneval_tests, task_plan,
                                      warm_sandbox)
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 

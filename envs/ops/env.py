@@ -27,7 +27,7 @@ from envs.ops.integrity import bomb_flags, run_flags, state_flags
 from envs.ops.probes import (CHECK_SOURCE, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed, same_node,
                              verdicts, wanted_parses)
 from envs.sources import split_of
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.rootfs import (System, check_tree_path, host_support, node_of, same_state,
                             unavailable)

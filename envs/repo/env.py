@@ -42,7 +42,7 @@ from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
 from rewards.aggregate import RewardBreakdown, aggregate
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.workspace import check_relpath
 from tasks.record import Task

@@ -30,8 +30,8 @@ from posixpath import basename
 from envs.testfile.grading import testfile_hack_flags
 from envs.testfile.plugin import PLUGIN_SOURCE
 from rewards import plain_compare, pyast
-from rewards.io_tests import TestReport
 from rewards.pytest_reports import junit_cases, read_summary
+from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
 
 CONFTEST, INI = "conftest.py", "pytest.ini"

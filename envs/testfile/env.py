@@ -4,15 +4,20 @@ envs/testfile/grading.py, the grader's pytest plugin in envs/testfile/plugin/.""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from envs.base import SingleTurnEnv
 from envs.testfile.grading import (TestFilePayload, payload_problems, run_test_file,
                                    solution_source, testfile_hack_flags)
 from rewards import pyast
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from rewards.static_checks import StaticReport, check_static
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
+
+# The shipped task set (built from data/basics.yaml by data/build_basics.py): the kind generates
+# no tasks of its own, so its hack suite is played on these.
+BASICS = Path(__file__).parent / "data" / "basics.jsonl"
 
 
 class TestFileEnv(SingleTurnEnv):
@@ -49,6 +54,11 @@ class TestFileEnv(SingleTurnEnv):
         from envs.testfile.hacks import attacks  # noqa: PLC0415 (the suite builds on envs.hacks)
 
         return attacks(task)
+
+    def attack_tasks(self) -> list[Task]:
+        from tasks.files import load_tasks  # noqa: PLC0415
+
+        return load_tasks(BASICS)
 
     def answer(self, state: Task, text: str) -> str:
         from envs.answers import extract_answer  # noqa: PLC0415

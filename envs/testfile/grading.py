@@ -36,8 +36,8 @@ from envs.testfile.plugin import PLUGIN_SOURCE as _PLUGIN
 from envs.testfile.plugin import TEST_FILE as _TEST_FILE
 from envs.testfile.plugin import TEST_MODULE
 from rewards import plain_compare, pyast
-from rewards.io_tests import Outcome, TestReport, missing_outcome
 from rewards.pytest_reports import RANK, junit_cases, read_summary
+from rewards.reports import Outcome, TestReport, missing_outcome
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 

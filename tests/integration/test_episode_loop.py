@@ -72,13 +72,13 @@ def test_the_iteration_is_checkpointed_with_episode_metrics(run):
 def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     import shutil
 
+    from envs.io.families.edges import first_attempts
+    from envs.io.procedural import generate_suite
     from envs.registry import make_env
     from flows.config import load_config
     from flows.episode_exec import step_local
     from flows.episodes import episode_rows, play, scripted_policy
     from flows.iteration import update_policy
-    from tasks.families.edges import first_attempts
-    from tasks.procedural import generate_suite
     from training import checkpoints
     from training.tokenizer import ByteTokenizer
 

@@ -5,11 +5,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from envs.io.procedural import generate_suite
 from rewards.outcome import fill_solved
 from tasks.curriculum import (CurriculumConfig, DifficultyLedger, drop_uninformative_groups,
                               fill_informative_batch, informative_groups, sample_batch,
                               task_weights)
-from tasks.procedural import generate_suite
 
 
 def _rows(task, iteration, rewards, group="g"):

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from envs.io.procedural import FAMILIES, generate_suite
 from tasks.curriculum import CurriculumConfig, DifficultyLedger, informative_groups, sample_batch
-from tasks.procedural import FAMILIES, generate_suite
 
 G, BATCH, ITERS, WARMUP, SEEDS = 8, 32, 15, 5, (0, 1, 2, 3)
 

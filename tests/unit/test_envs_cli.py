@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from envs.io.procedural import generate_suite
 from flows.cli import main
 from flows.config import ConfigError, load_config, task_sources
-from tasks.procedural import generate_suite
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTFILE_TASKS = ROOT / "tests" / "unit" / "data" / "testfile_tasks.jsonl"

@@ -7,14 +7,14 @@ import pickle
 
 import pytest
 
+from envs.io.families.edges import EDGES, first_attempts
+from envs.io.procedural import generate_suite
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local
 from flows.episodes import (build_demos, episode_rows, full_function, play, scripted_policy,
                             write_action)
 from storage.schema import rows_to_table
-from tasks.families.edges import EDGES, first_attempts
-from tasks.procedural import generate_suite
 from training.tokenizer import ByteTokenizer
 
 TOK = ByteTokenizer()

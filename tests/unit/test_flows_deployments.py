@@ -178,12 +178,12 @@ def test_train_flow_takes_a_config_file_with_overrides_or_a_dict_not_both():
 def test_hung_rollout_shard_is_cancelled_at_its_deadline():
     from distributed import Client, LocalCluster
 
+    from envs.io.procedural import generate_suite
     from envs.registry import env_for_task
     from flows.episode_exec import step_many
     from flows.rollouts import ShardTimeout
     from rewards.aggregate import RewardConfig
     from sandbox.config import SandboxConfig
-    from tasks.procedural import generate_suite
 
     task = generate_suite(["add"], [1], 1)[0]
     hang = "    import time\n    time.sleep(30)\n    return 0\n"

@@ -268,9 +268,9 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
 def test_heldout_pass_rates_leave_out_samples_the_sandbox_could_not_score():
     import math as _m
 
+    from envs.io.procedural import generate_suite
     from envs.registry import env_for_task
     from rewards.aggregate import RewardBreakdown
-    from tasks.procedural import generate_suite
     from training.episodes import EpisodeTokens
 
     task = generate_suite(["add"], [1], 1)[0].model_copy(update={"source": "procedural"})
@@ -383,7 +383,7 @@ def test_the_warm_starts_probe_is_withheld_from_its_data_and_never_a_held_out_ta
 
 
 def test_a_probe_without_generic_names_holds_only_family_named_tasks_and_trains_on_the_rest():
-    from tasks.procedural import GENERIC_NAMES  # noqa: PLC0415
+    from envs.io.procedural import GENERIC_NAMES  # noqa: PLC0415
 
     cfg = load_config("configs/default.yaml", ["tasks.sft_generic_names=0.25"])
     tasks = [t for _, ts in stages.sft_data(cfg) for t in ts]

@@ -10,7 +10,7 @@ import pytest
 
 from envs.base import StepContext
 from envs.dataframe.hacks import dataframe_attacks
-from envs.functions_hacks import function_attacks
+from envs.function_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.registry import make_env
 from flows.cli_hacks import _spread

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from envs.base import StepContext
-from envs.functions_hacks import function_attacks
+from envs.function_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.humaneval.hacks import humaneval_attacks
 from envs.humaneval.problems import humaneval_by_id

@@ -1,4 +1,4 @@
-"""The `io` kind's hack suite (envs/functions_hacks.py), each attack played as an episode through
+"""The `io` kind's hack suite (envs/function_hacks.py), each attack played as an episode through
 the kind's real grader in the process sandbox on two procedural tasks: none may earn anything, and
 each must raise a flag it names. The attacks that hang until a limit run on one task; the
 limits leave room for a busy machine to start a run at all."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from envs.base import StepContext
-from envs.functions_hacks import function_attacks
+from envs.function_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.registry import make_env
 from flows.cli_hacks import _spread

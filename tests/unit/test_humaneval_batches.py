@@ -14,7 +14,7 @@ from envs.humaneval.problems import humaneval_by_id
 from envs.registry import kind_class
 from rewards.aggregate import RewardConfig
 from rewards.evaluate import batches, evaluate_samples
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox

@@ -14,7 +14,7 @@ from envs.humaneval.problems import data_path, load_humaneval
 def test_all_164_problems_load_as_humaneval_tasks():
     tasks = load_humaneval()
     assert [t.task_id for t in tasks] == [f"HumanEval/{i}" for i in range(164)]
-    assert all(t.verifier == "humaneval" and t.reference and t.split == "heldout" for t in tasks)
+    assert all(t.kind == "humaneval" and t.reference and t.split == "heldout" for t in tasks)
 
 
 def test_every_check_is_graded_outside_the_sandbox():

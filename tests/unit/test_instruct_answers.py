@@ -61,7 +61,7 @@ class _ChatTokenizer(ByteTokenizer):
 @pytest.mark.parametrize("tok,rewritten", [(ByteTokenizer(), False), (_ChatTokenizer(), True)])
 def test_only_an_instruct_policy_has_its_answer_rewritten_before_it_runs(tok, rewritten):
     """The tiny default (byte tokenizer, no chat template) always runs its raw text."""
-    from envs.functions import FunctionsEnv
+    from envs.io import FunctionsEnv
     from tasks.record import Task, TestCase
     from training.generate import Sample
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from envs.dataframe.families import generate_dataframe_suite
+from envs.io.procedural import FAMILIES, generate_suite
 from tasks.files import TaskFileError, load_tasks, save_tasks
-from tasks.procedural import FAMILIES, generate_suite
 from tasks.record import Task, TestCase
 
 
@@ -163,7 +163,7 @@ def test_a_task_files_import_path_kind_is_refused_naming_kind_and_never_imported
 
 def test_an_import_path_kind_in_a_file_loads_only_when_the_user_names_it(tmp_path, monkeypatch):
     marker = _module_that_leaves_a_marker(
-        tmp_path, "userkind", "from envs.functions import FunctionsEnv\n\n"
+        tmp_path, "userkind", "from envs.io import FunctionsEnv\n\n"
         "class Env(FunctionsEnv):\n    name = 'userkind'\n")
     path = tmp_path / "mine.jsonl"
     _write_jsonl(path, [t.model_dump(mode="json") | {"kind": "userkind:Env"}

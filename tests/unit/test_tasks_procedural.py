@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from tasks.procedural import CATEGORIES, FAMILIES, generate_suite
+from envs.io.procedural import CATEGORIES, FAMILIES, generate_suite
 
 ORIGINAL = ["add", "mul", "affine", "filter_gt", "sum_plus", "repeat", "count", "prefix"]
 NEW = [f for f in FAMILIES if f not in ORIGINAL and not FAMILIES[f].verify_only]
@@ -96,7 +96,7 @@ def test_unknown_family_is_refused_with_the_known_ones():
 
 
 def test_training_instances_never_contain_a_heldout_task_of_any_seed():
-    from tasks.procedural import training_instances
+    from envs.io.procedural import training_instances
 
     fams = ["add", "mul", "affine", "repeat"]
     inst = training_instances(fams, [1, 2], 20, seed=0, variants=4)
@@ -108,7 +108,7 @@ def test_training_instances_never_contain_a_heldout_task_of_any_seed():
 
 
 def test_generic_names_rename_a_share_of_the_demonstrations_and_their_references_pass():
-    from tasks.procedural import FAMILIES, GENERIC_NAMES, training_instances
+    from envs.io.procedural import FAMILIES, GENERIC_NAMES, training_instances
 
     fams = ["add", "mul", "filter_gt", "repeat", "count", "prefix"]
     plain = training_instances(fams, [1, 2], 20, seed=0, variants=2)

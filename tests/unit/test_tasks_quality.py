@@ -1,9 +1,10 @@
 """Task quality through the real sandbox and `rewards.score.score`."""
 import pytest
 
+from envs.io import FunctionsEnv
+from envs.io.procedural import FAMILIES, generate_suite
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.procedural import FAMILIES, generate_suite
 from tasks.quality import check_task, check_tasks, check_tests_consistent, dedupe, find_split_leaks
 from tasks.record import TestCase
 
@@ -64,7 +65,7 @@ def test_consistency_flags_non_json_values_and_repeated_tests():
     t = generate_suite(["add"], [1], 1)[0]
     odd = t.model_copy(update={"tests": (TestCase(args=(1,), expected=float("nan")),
                                          TestCase(args=(1,), expected=float("nan")))})
-    problems = check_tests_consistent(odd)
+    problems = check_tests_consistent(odd, compares_values=True)
     assert any("not plain JSON" in p for p in problems)
 
 
@@ -84,3 +85,14 @@ def test_generated_suite_has_no_duplicates_and_no_split_leaks():
     tasks = generate_suite(list(FAMILIES), [1, 2, 3, 4], 6, seed=3)
     assert dedupe(tasks)[1] == [] and find_split_leaks(tasks) == []
     assert {t.split for t in tasks} == {"train", "heldout"}
+
+
+def test_only_a_kind_that_compares_values_refuses_one_answer_for_every_test():
+    t = generate_suite(["add"], [1], 1)[0]
+    same = t.model_copy(update={"tests": tuple(TestCase(args=(i,), expected=7) for i in range(3))})
+    assert any("a constant solution passes" in p for p in FunctionsEnv().problems(same))
+
+    class ChecksPrograms(FunctionsEnv):  # tests that are not values (HumanEval's check program)
+        compares_values = False
+
+    assert ChecksPrograms().problems(same) == []

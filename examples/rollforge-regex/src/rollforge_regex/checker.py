@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from rewards.io_tests import Outcome, TestReport
+from rewards.reports import Outcome, TestReport
 from sandbox.base import ExecResult
 
 CHECK_SOURCE = r'''

@@ -17,7 +17,7 @@ import random
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envs.base import SingleTurnEnv
-from rewards.io_tests import TestReport
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 

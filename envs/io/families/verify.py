@@ -9,8 +9,8 @@ cannot help, since there is nothing to imitate. `body` is kept only to check the
 """
 from __future__ import annotations
 
-from tasks.families.base import Family
-from tasks.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
+from envs.io.families.base import Family
+from envs.io.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
 
 _SMALL = lambda r, d: r.randint(2, 3 + 2 * d)  # noqa: E731
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from tasks.families.base import Level, leveled, level_of
+from envs.io.families.base import Level, leveled, level_of
 
 
 def _seq(seeds, coef):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tasks.families.base import Family, Params, Rng, distinct_params, level_of
+from envs.io.families.base import Family, Params, Rng, distinct_params, level_of
 
 
 @dataclass(frozen=True)
@@ -172,10 +172,10 @@ EDGES: list[EdgeFamily] = [MAX_OR, DIGIT_SUM, IN_RANGE, BOXES]
 def first_attempts(families: list[str], difficulties: list[int], tasks_per_family: int,
                    seed: int = 0, variants: int = 1) -> dict[str, str]:
     """task_id -> naive body, for the edge families among `families`, over the same draws as
-    `tasks.procedural.generate_suite` (and `training_instances` with `variants` seeds)."""
+    `envs.io.procedural.generate_suite` (and `training_instances` with `variants` seeds)."""
     import random  # noqa: PLC0415
 
-    from tasks.procedural import FAMILIES, _task_hash  # noqa: PLC0415 (procedural imports us)
+    from envs.io.procedural import FAMILIES, _task_hash  # noqa: PLC0415 (procedural imports us)
 
     out: dict[str, str] = {}
     for s in range(seed, seed + variants):

@@ -1,6 +1,6 @@
 """A procedural suite of small Python function tasks: seeded, reproducible, split by content.
 
-The families live in `tasks/families/` (the original eight in `basic.py`, whose tasks must never
+The families live in `envs/io/families/` (the original eight in `basic.py`, whose tasks must never
 change; the others pick a different problem shape per difficulty level). The constants of a task
 appear in its docstring, so a policy must read the prompt, not memorise a family.
 """
@@ -11,8 +11,8 @@ import json
 import random
 from typing import Any
 
-from tasks.families import ALL, Family
-from tasks.families.base import Params, distinct_params
+from envs.io.families import ALL, Family
+from envs.io.families.base import Params, distinct_params
 from tasks.record import Task, TestCase
 
 FAMILIES: dict[str, Family] = {f.name: f for f in ALL}
@@ -69,7 +69,7 @@ def make_task(family: Family, params: Params, difficulty: int, n_tests: int, see
     cases = _draw_cases(family, params, difficulty, n_tests, rng)
     example, hidden = cases[0], tuple(cases[1:])
     examples = (example,)
-    edge_inputs = getattr(family, "edge_inputs", None)  # tasks/families/edges.py only
+    edge_inputs = getattr(family, "edge_inputs", None)  # envs/io/families/edges.py only
     if edge_inputs is not None:  # the edges: a second visible example, and hidden tests
         edges = [TestCase(args=a, expected=family.fn(params, *a)) for a in
                  (tuple(x) if family.n_args > 1 else (x,) for x in edge_inputs(params, rng))]

@@ -1,15 +1,15 @@
 """Kind `io`: write a Python function; hidden input/output tests call it in the sandbox and
-compare its return values outside (rewards/io_tests.py). Its own tasks are the procedural suite
-(tasks/procedural.py: families, difficulty levels, verification-only families)."""
+compare its return values outside (envs/io/grading.py). Its own tasks are the procedural suite
+(envs/io/procedural.py: families, difficulty levels, verification-only families)."""
 from __future__ import annotations
-
-import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from envs.base import SingleTurnEnv, known_names
-from rewards.io_tests import TestReport, run_io_tests
-from rewards.static_checks import check_static
+from envs.base import known_names
+from envs.function_task import FunctionTaskEnv
+from envs.io.grading import run_io_tests
+from envs.io.procedural import FAMILIES, generate_suite, training_instances
+from rewards.reports import TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -37,66 +37,21 @@ class ProceduralOptions(BaseModel):
     @field_validator("families")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        from tasks.procedural import FAMILIES  # noqa: PLC0415
-
         return known_names(v, FAMILIES)
-
-
-def function_problems(task: Task) -> list[str]:
-    """What a function task needs: an entry point defined by a `def` in the prompt, tests."""
-    problems = []
-    if task.entry_point is None:
-        problems.append("field 'entry_point': required for a function task")
-    elif not re.search(rf"^\s*def\s+{re.escape(task.entry_point)}\s*\(", task.prompt, re.M):
-        problems.append(f"field 'entry_point': {task.entry_point!r} is not defined by a 'def' "
-                        f"in the prompt")
-    if not task.tests:
-        problems.append("field 'tests': a function task needs at least one hidden test")
-    return problems
-
-
-class FunctionTaskEnv(SingleTurnEnv):
-    """What the function kinds share: the record checks, the trivial answer, static checks."""
-
-    def validate(self, task: Task) -> Task:
-        problems = function_problems(task)
-        if problems:
-            raise ValueError("; ".join(problems))
-        return super().validate(task)
-
-    def problems(self, task: Task) -> list[str]:
-        from tasks.quality import check_tests_consistent  # noqa: PLC0415
-
-        bad = function_problems(task)
-        return bad or check_tests_consistent(task)
-
-    def trivial_answers(self, task: Task) -> dict[str, str]:
-        return {"pass": "    pass\n"}
-
-    def answer(self, state: Task, text: str) -> str:
-        from envs.answers import extract_answer  # noqa: PLC0415
-
-        return extract_answer(state.prompt, state.entry_point, text)
-
-    def static(self, task: Task, answer: str):
-        return check_static(task.prompt, answer)
 
 
 class FunctionsEnv(FunctionTaskEnv):
     name = "io"
     description = "a Python function graded by hidden input/output tests (procedural suite)"
     Config = ProceduralOptions
+    compares_values = True
 
     def generate(self) -> list[Task]:
-        from tasks.procedural import generate_suite  # noqa: PLC0415
-
         c = self.config
         return generate_suite(c.families, c.difficulties, c.tasks_per_family, c.n_tests, c.seed,
                               c.heldout_fraction, function_name=c.function_name)
 
     def sft_tasks(self) -> list[Task]:
-        from tasks.procedural import training_instances  # noqa: PLC0415
-
         c = self.config
         return [t for t in training_instances(c.families, c.difficulties, c.tasks_per_family,
                                               c.n_tests, c.seed, c.heldout_fraction,
@@ -105,7 +60,7 @@ class FunctionsEnv(FunctionTaskEnv):
                 if t.reference is not None]
 
     def attacks(self, task: Task) -> list:
-        from envs.functions_hacks import function_attacks  # noqa: PLC0415
+        from envs.function_hacks import function_attacks  # noqa: PLC0415
 
         return function_attacks()
 

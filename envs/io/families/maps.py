@@ -1,7 +1,7 @@
 """Dict families (keys are strings, so results stay plain JSON); levels change the shape."""
 from __future__ import annotations
 
-from tasks.families.base import Family, Level, leveled, level_of
+from envs.io.families.base import Family, Level, leveled, level_of
 
 _WORDS = ["ab", "cab", "bad", "dace", "be", "a", "cede", "bead", "ace", "dab"]
 

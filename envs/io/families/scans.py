@@ -1,7 +1,7 @@
 """Small-algorithm families that scan a sequence; each difficulty level is a different shape."""
 from __future__ import annotations
 
-from tasks.families.base import Family, Level, leveled, level_of
+from envs.io.families.base import Family, Level, leveled, level_of
 
 
 def _longest(p, s):

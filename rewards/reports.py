@@ -1,15 +1,18 @@
-"""Input/output unit tests with per-test outcomes, run in a sandbox and compared outside it."""
+"""What every kind's grader returns: a test report of per-test outcomes, and the few judgements
+that every grader makes the same way (when a value equals the expected one, what a test that
+never answered counts as, the program a function answer forms with its prompt).
+
+One definition of each, shared by every kind (envs/<kind>/), the score (rewards/score.py), the
+aggregation (rewards/aggregate.py) and evaluation (rewards/evaluate.py), so a kind can be added
+or removed without any of these knowing its name.
+"""
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rewards import pyast
-from rewards.harness import HARNESS_SOURCE
-from rewards.records import parse_records
-from sandbox.base import ExecResult, Limits, Sandbox
+from sandbox.base import ExecResult
 from tasks.record import Task
 
 Outcome = Literal["passed", "failed", "error", "timeout", "missing"]
@@ -28,6 +31,16 @@ class TestReport:
     hack_flags: tuple[str, ...] = ()
     load_error: str | None = None
     test_names: tuple[str, ...] = ()  # what each outcome checked, where the verifier knows
+    # A kind that grades by a score (reasoning-gym's `score_answer`): the fraction in [0, 1]
+    # earned, which the reward uses instead of the share of outcomes passed; its outcomes still
+    # say what a solve is (every one passed, i.e. a full score). None: the share passed.
+    score: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.score is not None and not (isinstance(self.score, (int, float))
+                                           and 0.0 <= self.score <= 1.0):
+            raise ValueError(f"TestReport.score={self.score!r}; expected a number in [0, 1] "
+                             "or None")
 
     @property
     def passed(self) -> int:
@@ -59,40 +72,9 @@ def values_equal(expected: Any, actual: Any) -> bool:
 
 
 def program_source(task: Task, completion: str) -> str:
+    """The program a function task's answer forms: the prompt (signature and docstring), then
+    the completion that continues it."""
     return task.prompt + completion
-
-
-def run_io_tests(task: Task, completion: str, sandbox: Sandbox, limits: Limits,
-                 per_test_timeout_s: float = 1.0) -> TestReport:
-    n = len(task.tests)
-    source = program_source(task, completion)
-    try:
-        pyast.parse(source)
-    except (SyntaxError, ValueError):
-        return TestReport(("error",) * n, ("SyntaxError",) * n, "syntax_error", None)
-    expected = [json.loads(json.dumps(t.expected)) for t in task.tests]  # tuples -> lists
-    files = {
-        "solution.py": source,
-        "harness.py": HARNESS_SOURCE,
-        "inputs.json": json.dumps([list(t.args) for t in task.tests]),
-    }
-    res = sandbox.run(files, ["python", "harness.py", task.entry_point,
-                              str(per_test_timeout_s)], limits)
-    if res.status == "infra_error":
-        return TestReport(("missing",) * n, (), "infra_error", res)
-    recs = parse_records(res, n)
-    outcomes: list[Outcome] = []
-    error_types: list[str] = []
-    for i in range(n):
-        if i in recs.values:
-            outcomes.append("passed" if values_equal(expected[i], recs.values[i]) else "failed")
-        elif i in recs.errors:
-            outcomes.append("timeout" if recs.errors[i] == "Timeout" else "error")
-            error_types.append(recs.errors[i])
-        else:
-            outcomes.append(missing_outcome(res))
-    return TestReport(tuple(outcomes), tuple(error_types), res.status, res, tuple(recs.flags),
-                      recs.load_error)
 
 
 def missing_outcome(res: ExecResult) -> Outcome:

@@ -5,7 +5,7 @@ parameters, wording, ids, splits and reference bodies must not change.
 """
 from __future__ import annotations
 
-from tasks.families.base import Family
+from envs.io.families.base import Family
 
 
 def _const(lo: int, hi_by_level: tuple[int, ...]):

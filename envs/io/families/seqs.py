@@ -1,7 +1,7 @@
 """List families; each difficulty level is a different problem shape."""
 from __future__ import annotations
 
-from tasks.families.base import Family, Level, leveled
+from envs.io.families.base import Family, Level, leveled
 
 
 def _ints(r, d, lo=-9, hi=20, n_max=None):

@@ -1,7 +1,7 @@
 """Arithmetic and control-flow families; each difficulty level is a different problem shape."""
 from __future__ import annotations
 
-from tasks.families.base import Family, Level, leveled, level_of
+from envs.io.families.base import Family, Level, leveled, level_of
 
 _int = lambda rng, d: rng.randint(-12, 12) * (1 if d <= 3 else 10 ** (d - 3))  # noqa: E731
 
