@@ -7,7 +7,6 @@ every answer is recorded token-exact under its episode (gateway/records.py) befo
 from __future__ import annotations
 
 import hmac
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from engine.boundary import Completion, SampleRequest
 from flows import sampler
 from flows.config import RunConfig
 from gateway import openai_api as api
+from gateway.batching import Batcher
 from gateway.records import EpisodeLog, check_episode_id, new_episode_id
 
 EPISODE_HEADER = "X-Episode-Id"
@@ -38,9 +38,10 @@ class Gateway:
             raise ValueError("the gateway needs an API key (an empty key would let anyone in)")
         self.tok = sampler.policy_tokenizer(self.cfg.run_dir, self.version)
         self.models = (self.cfg.run_id, f"{self.cfg.run_id}-v{self.version}")
-        # One request samples at a time: the local sampler's policy and a managed engine's
-        # version sync are not safe to drive from two threads at once.
-        self.lock = threading.Lock()
+        # The boundary is called by one thread at a time (the local sampler's policy and a
+        # managed engine's version sync are not safe from two); requests that arrive meanwhile
+        # are sampled together in the next call.
+        self.batcher = Batcher(self._call)
 
     # -- the door ----------------------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -119,18 +120,20 @@ class Gateway:
         except ValueError as exc:
             raise api.bad(str(exc), None) from None
 
+    def _call(self, request: SampleRequest) -> list[Completion]:
+        """One call of the boundary: flows/sampler.py, whichever engine the run names."""
+        try:
+            return sampler.sample(self.cfg, self.version, request)
+        except ValueError as exc:
+            raise api.bad(str(exc), None) from None
+        except Exception as exc:  # the engine failed: not the client's fault
+            raise api.GatewayError(503, f"the policy's engine failed: {type(exc).__name__}: "
+                                   f"{exc}", "engine_unavailable") from None
+
     def sample(self, request: SampleRequest) -> tuple[list[Completion], float]:
-        """`request` answered by the run's engine (flows/sampler.py), and the seconds it took."""
-        with self.lock:
-            t = time.perf_counter()
-            try:
-                out = sampler.sample(self.cfg, self.version, request)
-            except ValueError as exc:
-                raise api.bad(str(exc), None) from None
-            except Exception as exc:  # the engine failed: not the client's fault
-                raise api.GatewayError(503, f"the policy's engine failed: {type(exc).__name__}: "
-                                       f"{exc}", "engine_unavailable") from None
-            return out, time.perf_counter() - t
+        """`request`'s completions and the seconds of the call that sampled them (with the
+        requests queued beside it under the same settings: gateway/batching.py)."""
+        return self.batcher.submit(request)
 
     def record(self, episode: str, endpoint: str, model: str, request: SampleRequest,
                comps: list[Completion], seconds: float, messages: list[dict] | None) -> int:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -326,6 +327,56 @@ def test_concurrent_requests_of_one_episode_each_get_a_whole_turn(served):
     turns = gw.records.turns("concurrent")
     assert [t["turn"] for t in turns] == [0, 1, 2, 3]
     assert sorted(bytes(t["prompts"][0][1:]).decode() for t in turns) == [f"v{i} = " for i in range(4)]
+
+
+def _wait_for(cond):
+    """Until `cond()` (synchronisation between the test's threads, not a timing assertion)."""
+    while not cond():
+        time.sleep(0.01)
+
+
+def test_requests_queued_while_the_boundary_is_busy_are_sampled_in_one_call(served, monkeypatch):
+    srv, gw = served
+    gate, calls, outs = threading.Event(), [], []
+    real = sampler.sample
+
+    def gated(cfg, version, request, progress=None):
+        calls.append(request)
+        if len(calls) == 1:
+            gate.wait(120)  # the first call holds the boundary until the others have queued
+        outs.append(real(cfg, version, request, progress))
+        return outs[-1]
+    monkeypatch.setattr(sampler, "sample", gated)
+
+    def ask(episode, prompt, **kw):
+        _client(srv, episode=episode).completions.create(model="gw", prompt=prompt, n=2,
+                                                         max_tokens=3, **kw)
+    threads = [threading.Thread(target=ask, args=("q-first", "first = "))]
+    threads[0].start()
+    _wait_for(lambda: len(calls) == 1)
+    for i, p in enumerate(["a = ", "bb = ", "ccc = "]):
+        threads.append(threading.Thread(target=ask, args=(f"q-{i}", p)))
+        threads[-1].start()
+    _wait_for(lambda: len(gw.batcher.queue) == 3)
+    threads.append(threading.Thread(target=ask, args=("q-other", "d = "),
+                                    kwargs={"temperature": 0.5}))  # other settings: its own call
+    threads[-1].start()
+    _wait_for(lambda: len(gw.batcher.queue) == 4)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert len(calls) == 3
+    merged, out, other = calls[1], outs[1], calls[2]
+    assert len(merged.prompts) == 3 and merged.n == 2 and other.temperature == 0.5
+    for i, p in enumerate(["a = ", "bb = ", "ccc = "]):
+        rec, = gw.records.turns(f"q-{i}")
+        assert rec["prompts"] == [gw.tok.encode(p)]
+        k = merged.prompts.index(tuple(gw.tok.encode(p)))  # its place in the merged call
+        assert [c["token_ids"] for c in rec["choices"]] == [list(c.token_ids)
+                                                             for c in out[2 * k:2 * k + 2]]
+        assert [c["logprobs"] for c in rec["choices"]] == [list(c.logprobs)
+                                                           for c in out[2 * k:2 * k + 2]]
+        assert [c["prompt_index"] for c in rec["choices"]] == [0, 0]
 
 
 def test_two_writers_on_one_folder_never_overwrite_a_turn(tmp_path):
