@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "ops": "envs.ops:OpsEnv",
     "logic": "envs.logic:LogicEnv",
     "repo": "envs.repo:RepoEnv",
+    "reasoning_gym": "envs.reasoning_gym:ReasoningGymEnv",
 }
 
 

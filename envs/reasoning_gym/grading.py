@@ -1,0 +1,195 @@
+"""Grading a `reasoning_gym` answer: the dataset's own `score_answer`, run in the sandbox by
+envs/reasoning_gym/harness.py, its score read back from the guard's keyed records and nowhere
+else, and the code the scorer compiled from the answer judged here.
+
+The report has one outcome, `score_answer`: `passed` when the score is 1, else `failed` (`error`
+when the scorer raised, `timeout` when it ran out of time), and `score`, the dataset's fraction
+in [0, 1], which is the pass fraction the reward is built from (rewards/aggregate.py).
+
+`answer_code`: some scorers evaluate the answer as Python (countdown's sympy `parse_expr`,
+n_queens' `eval`), so an answer can be code that computes what the check compares (countdown
+credits `(6, 61, 94, 4) and ord('ĵ')` with 1.0: the numbers are "used" and the value is the
+target). What the scorer compiles while it scores the answer is compared with what it compiles
+while it scores the dataset's own answer: a compiled source that shares a name or number with
+the answer and holds a construct the dataset's answer never needs (a call of a name it never
+calls, an attribute, a subscript, a lambda, a comprehension, a boolean or conditional
+expression, a walrus, a star, an f-string, a dunder name) is flagged, and the answer earns
+nothing.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+from dataclasses import replace
+from typing import Sequence
+
+from envs.base import TestReport
+from envs.reasoning_gym.harness import HARNESS_SOURCE
+from sandbox.base import ExecResult, Limits, Sandbox
+from tasks.record import Task
+
+TEST_NAME = "score_answer"
+_ENDS = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
+_CODE_NODES = (ast.Call, ast.Attribute, ast.Subscript, ast.Lambda, ast.ListComp, ast.SetComp,
+               ast.DictComp, ast.GeneratorExp, ast.BoolOp, ast.IfExp, ast.NamedExpr,
+               ast.Starred, ast.JoinedStr, ast.Await, ast.Yield, ast.YieldFrom)
+_TOKENS = re.compile(r"[A-Za-z_]\w*|\d+")
+
+
+def question_sha(question: str) -> str:
+    return hashlib.sha256(question.encode()).hexdigest()
+
+
+def job_item(task: Task, answer: str) -> dict:
+    p = task.payload
+    return {"recipe": [p["dataset"], p.get("options", {}), p.get("level"), p["seed"], p["size"]],
+            "index": p["index"], "question_sha": question_sha(task.prompt), "answer": answer}
+
+
+def run_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limits,
+              per_answer_timeout_s: float) -> list[TestReport]:
+    """Score each (task, answer) in one sandbox run; `limits.timeout_s` bounds each answer."""
+    if not items:
+        return []
+    job = [job_item(t, a) for t, a in items]
+    run_limits = replace(limits, timeout_s=limits.timeout_s * len(job) + 10.0,
+                         output_bytes=limits.output_bytes * len(job))
+    res = sandbox.run({"harness.py": HARNESS_SOURCE, "job.json": json.dumps(job)},
+                      ["python", "harness.py", str(per_answer_timeout_s)], run_limits)
+    parts = _split(res, len(job))
+    return [_report(answer, part, res) for (_, answer), part in zip(items, parts)]
+
+
+class _Part:
+    """What the harness's parent said about one answer."""
+
+    def __init__(self) -> None:
+        self.recs: list[str] = []
+        self.ref_compiled: list[str] = []
+        self.prints = ""
+        self.setup_error: str | None = None
+        self.end: ExecResult | None = None
+
+
+def _split(res: ExecResult, n: int) -> list[_Part]:
+    parts = [_Part() for _ in range(n)]
+    for line in res.stdout.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        s = rec.get("s") if isinstance(rec, dict) else None
+        if type(s) is not int or not 0 <= s < n or parts[s].end is not None:
+            continue
+        p = parts[s]
+        if isinstance(rec.get("rec"), str):
+            p.recs.append(rec["rec"])
+        elif isinstance(rec.get("setup_error"), str):
+            p.setup_error = rec["setup_error"]
+        elif isinstance(rec.get("ref_compiled"), list):
+            p.ref_compiled = [x for x in rec["ref_compiled"] if isinstance(x, str)]
+        elif isinstance(rec.get("prints"), str):
+            p.prints = rec["prints"]
+        elif rec.get("end") in _ENDS:
+            code = rec.get("code") if type(rec.get("code")) is int else None
+            t = float(rec["t"]) if type(rec.get("t")) in (int, float) else 0.0
+            p.end = ExecResult(rec["end"], code, "".join(r + "\n" for r in p.recs), p.prints,
+                               t, res.backend)
+    return parts
+
+
+def _report(answer: str, part: _Part, batch: ExecResult) -> TestReport:
+    names = (TEST_NAME,)
+    if batch.status == "infra_error":
+        return TestReport(("missing",), (), "infra_error", batch, test_names=names)
+    if part.setup_error is not None:
+        # the task cannot be rebuilt here: not the answer's failure, so not scored
+        bad = replace(batch, status="infra_error", error=f"task setup: {part.setup_error}")
+        return TestReport(("missing",), (), "infra_error", bad, load_error=part.setup_error,
+                          test_names=names)
+    sample = part.end or replace(batch, status="failed" if batch.status == "ok" else batch.status,
+                                 stdout="", stderr="")
+    score, error, flags, compiled = _read(part.recs)
+    if code_beyond(answer, compiled, part.ref_compiled):
+        flags.append("answer_code")
+    if score is None:
+        outcome = "timeout" if error == "Timeout" or sample.status == "timeout" else "error"
+        return TestReport((outcome,), (error or sample.status,), sample.status, sample,
+                          tuple(dict.fromkeys(flags)), test_names=names, score=0.0)
+    return TestReport(("passed" if score == 1.0 else "failed",), (), sample.status, sample,
+                      tuple(dict.fromkeys(flags)), test_names=names, score=score)
+
+
+def _read(recs: list[str]) -> tuple[float | None, str | None, list[str], list[str]]:
+    """(score, error, flags, compiled sources) from the guard's records, trusting none of
+    them: a shape the harness never writes, a second score, or a score outside [0, 1] is
+    dropped and flagged `forged_record`."""
+    score = error = None
+    flags: list[str] = []
+    compiled: list[str] = []
+    done = False
+    for line in recs:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            rec = None
+        keys = set(rec) if isinstance(rec, dict) else set()
+        if done or not keys:
+            flags.append("forged_record")
+        elif keys == {"flag"} and isinstance(rec["flag"], str):
+            flags.append(rec["flag"][:64])
+        elif keys == {"compiled"} and isinstance(rec["compiled"], str):
+            compiled.append(rec["compiled"])
+        elif keys == {"score"} and type(rec["score"]) in (int, float) and score is None \
+                and error is None and 0.0 <= rec["score"] <= 1.0:
+            score = float(rec["score"])
+        elif keys == {"error"} and isinstance(rec["error"], str) and score is None:
+            error = rec["error"][:64]
+        elif keys == {"done"} and rec["done"] is True:
+            done = True
+        else:
+            flags.append("forged_record")
+    if not done:
+        score = None  # a score the harness did not finish with is not the harness's
+    return score, error, flags, compiled
+
+
+def _shape(source: str) -> tuple[set[str], set[str], bool] | None:
+    """(construct kinds, names called, dunder seen) of compiled source, None if it does not
+    parse (then it never ran)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    kinds, called, dunder = set(), set(), False
+    for node in ast.walk(tree):
+        if isinstance(node, _CODE_NODES):
+            kinds.add(type(node).__name__)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            called.add(node.func.id)
+        name = node.id if isinstance(node, ast.Name) else (
+            node.attr if isinstance(node, ast.Attribute) else "")
+        dunder = dunder or name.startswith("__")
+    return kinds - {"Call"}, called, dunder
+
+
+def code_beyond(answer: str, compiled: Sequence[str], ref_compiled: Sequence[str]) -> bool:
+    """Whether the scorer compiled, from `answer`, code with constructs that the dataset's own
+    answer never needed (see the module docstring)."""
+    ref_kinds: set[str] = set()
+    ref_called: set[str] = set()
+    for src in ref_compiled:
+        shape = _shape(src)
+        if shape:
+            ref_kinds |= shape[0]
+            ref_called |= shape[1]
+    tokens = set(_TOKENS.findall(answer))
+    for src in compiled:
+        if src in ref_compiled or not tokens & set(_TOKENS.findall(src)):
+            continue  # the library's own code, the same whatever the answer
+        shape = _shape(src)
+        if shape and (shape[2] or shape[0] - ref_kinds or shape[1] - ref_called):
+            return True
+    return False
