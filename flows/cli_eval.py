@@ -176,6 +176,8 @@ def run_eval(args: argparse.Namespace) -> int:
     for k, v in pass_k.items():
         print(f"pass@{k}: {v:.4f}")
     if not args.quiet:
+        if scored:  # a kind that scores in [0, 1] (reasoning_gym) shows more than solves do
+            print(f"mean reward: {sum(r.breakdown.reward for r in scored) / len(scored):.4f}")
         flagged = sum(bool(r.breakdown.hack_flags) for r in scored)
         print(f"samples: {len(results)} over {problems} problems; solved {solved}/{len(scored)}"
               f"; hack-flagged {flagged}; not scorable (infra_error) {len(results) - len(scored)}")

@@ -27,6 +27,7 @@ def test_canonical_solutions_score_164_of_164_and_return_none_scores_0(tmp_path,
                          [{"task_id": t.task_id, "completion": t.reference} for t in tasks])
     code, out, _ = run(capsys, "--samples", good, "--workers", "2")
     assert code == 0 and "pass@1: 1.0000" in out and "solved 164/164" in out
+    assert "mean reward: 1.0000" in out
     bad = write_samples(tmp_path / "none.jsonl",
                         [{"task_id": t.task_id, "completion": "    return None\n"} for t in tasks])
     code, out, _ = run(capsys, "--samples", bad, "--workers", "2")
