@@ -87,21 +87,7 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
     in a chat template the policy is an instruct model: each action is what its answer stands
     for (`Environment.answer`, e.g. the code of a fenced block), and the text stays as written."""
     instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
-    renderers: dict[str, ChatRenderer] = {}
-    eps = []
-    for t, env in zip(tasks, envs):
-        state, obs = env.reset(t)
-        r = _renderer(env, tok, instruct, renderers)
-        ids = r.ids(r.opening(obs), True) if r else tok.encode_prompt(obs)
-        need = len(ids) + env.action_tokens(action_tokens)
-        if need > max_len:  # a config that cannot fit the task, not a failure of the model
-            raise ValueError(f"task {t.task_id}: its first observation is {len(ids)} tokens and "
-                             f"an action up to {need - len(ids)}, more than policy.max_len="
-                             f"{max_len}; raise policy.max_len or drop the task")
-        for g in range(group):
-            chat = ChatEpisode(r, r.opening(obs), EpisodeTokens) if r else None
-            eps.append(Episode(t, env, g, state, obs,
-                               chat.tokens if chat else EpisodeTokens(list(ids)), chat=chat))
+    eps = _start(tasks, envs, group, max_len, tok, action_tokens, instruct)
     for turn in range(1, max((e.env.max_turns for e in eps), default=0) + 1):
         live = [e for e in eps if not e.done]
         if not live:
@@ -144,6 +130,28 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
             else:
                 e.tokens.add_env(tok.encode(observation_text(seen), bos=False))
                 e.text.append(observation_text(seen))
+    return eps
+
+
+def _start(tasks: list[Task], envs: list[Environment], group: int, max_len: int, tok,
+           action_tokens: int, instruct: bool) -> list[Episode]:
+    """`group` new episodes per task: the first observation as the prompt, in one sequence or,
+    for a kind that acts through tools, as the opening messages of a chat."""
+    renderers: dict[str, ChatRenderer] = {}
+    eps = []
+    for t, env in zip(tasks, envs):
+        state, obs = env.reset(t)
+        r = _renderer(env, tok, instruct, renderers)
+        ids = r.ids(r.opening(obs), True) if r else tok.encode_prompt(obs)
+        need = len(ids) + env.action_tokens(action_tokens)
+        if need > max_len:  # a config that cannot fit the task, not a failure of the model
+            raise ValueError(f"task {t.task_id}: its first observation is {len(ids)} tokens and "
+                             f"an action up to {need - len(ids)}, more than policy.max_len="
+                             f"{max_len}; raise policy.max_len or drop the task")
+        for g in range(group):
+            chat = ChatEpisode(r, r.opening(obs), EpisodeTokens) if r else None
+            eps.append(Episode(t, env, g, state, obs,
+                               chat.tokens if chat else EpisodeTokens(list(ids)), chat=chat))
     return eps
 
 
