@@ -7,6 +7,7 @@ sampler (tasks/curriculum.py) ramps each dataset's levels as it does every kind'
 """
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 from typing import Any
@@ -39,10 +40,10 @@ def check(name: str, options: dict[str, Any], level: int | None) -> None:
     """Raise DatasetError naming what is wrong with a dataset, its options or its level."""
     known = registry()[0]
     if name not in known:
-        close = sorted(n for n in known if name.lower().replace("-", "_") in n)[:5]
+        close = difflib.get_close_matches(name.lower().replace("-", "_"), known, n=3)
         raise DatasetError(f"unknown reasoning-gym dataset {name!r}"
                            + (f" (did you mean {close}?)" if close else "")
-                           + f"; {len(known)} known: `rollforge envs reasoning_gym`")
+                           + f"; the {len(known)} known: {', '.join(sorted(known))}")
     build(name, options, level, 0, 1)
 
 

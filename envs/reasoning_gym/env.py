@@ -29,7 +29,7 @@ class DatasetSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, description="the dataset's reasoning-gym name, e.g. "
-                      "countdown (`rollforge envs reasoning_gym` lists them)")
+                      "countdown (an unknown name is refused with the list of known ones)")
     options: dict[str, Any] = Field(default_factory=dict, description="the dataset's own "
                                     "config fields (not seed or size, which are the kind's)")
     levels: list[int] | None = Field(None, description="reasoning-gym curriculum levels to "
