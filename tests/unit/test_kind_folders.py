@@ -57,7 +57,8 @@ DELETABLE = [k for k in BUILTIN if k not in IMPORTERS]  # dataframe, humaneval, 
 # Fast unit tests of the shared code, in-process (the CLI tests, which start `rollforge` in a
 # subprocess each, and the every-family reference run are left out for time): config and task
 # sources, task files, the task-quality check through the real sandbox, the curriculum, the
-# trajectory store, the losses.
+# trajectory store, the losses. About 18 s of CPU per kind here, imports included (74 s for four
+# kinds, two at a time; several minutes of wall time when the machine is shared).
 SUBSET = ("test_config.py", "test_tasks_files.py", "test_tasks_quality.py", "test_curriculum.py",
           "test_storage_trajectories.py", "test_losses.py")
 SUBSET_FILTER = "not cli and not every_family"
