@@ -14,7 +14,8 @@ while it scores the dataset's own answer: a compiled source that shares a name o
 the answer and holds a construct the dataset's answer never needs (a call of a name it never
 calls, an attribute, a subscript, a lambda, a comprehension, a boolean or conditional
 expression, a walrus, a star, an f-string, a dunder name) is flagged, and the answer earns
-nothing.
+nothing. The calls sympy's `parse_expr` writes for any name or number (`Symbol`, `Integer`, ...)
+are allowed: an honest `x` becomes `Symbol('x')` where the dataset's answer named no symbol.
 """
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ _CODE_NODES = (ast.Call, ast.Attribute, ast.Subscript, ast.Lambda, ast.ListComp,
                ast.DictComp, ast.GeneratorExp, ast.BoolOp, ast.IfExp, ast.NamedExpr,
                ast.Starred, ast.JoinedStr, ast.Await, ast.Yield, ast.YieldFrom)
 _TOKENS = re.compile(r"[A-Za-z_]\w*|\d+")
+# what sympy's parse_expr writes for any name and number of the text it parses (auto_symbol,
+# auto_number): an honest `x` becomes `Symbol('x')` even where the dataset's answer has none
+_PARSE_EXPR_CALLS = {"Symbol", "Integer", "Float", "Rational", "Function"}
 
 
 def question_sha(question: str) -> str:
@@ -190,6 +194,7 @@ def code_beyond(answer: str, compiled: Sequence[str], ref_compiled: Sequence[str
         if src in ref_compiled or not tokens & set(_TOKENS.findall(src)):
             continue  # the library's own code, the same whatever the answer
         shape = _shape(src)
-        if shape and (shape[2] or shape[0] - ref_kinds or shape[1] - ref_called):
+        if shape and (shape[2] or shape[0] - ref_kinds
+                      or shape[1] - ref_called - _PARSE_EXPR_CALLS):
             return True
     return False

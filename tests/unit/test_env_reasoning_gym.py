@@ -153,6 +153,9 @@ def test_code_beyond_what_the_datasets_own_answer_compiles_to_is_told_apart():
     assert code_beyond("(6, 61) and ord('x')", ["(Integer (6 ),Integer (61 ))and ord ('x')"], ref)
     assert code_beyond("__import__('os')", ["__import__ ('os')"], ["[1, 2]"])
     assert not code_beyond("Q _ _ _", ["Q _ _ _"], ["_ Q _ _"])  # not Python: never ran
+    # simple_integration: the dataset's answer in X compiles no Symbol call, an honest one in x does
+    assert not code_beyond("2*x**2 + C", ["Integer (2 )*Symbol ('x' )**Integer (2 )+C "],
+                           ["Integer (9 )*X **Integer (7 )+C "])
 
 
 def test_the_environment_pickles_as_its_options(env):
