@@ -55,14 +55,14 @@ class EpisodeConfig(BaseModel):
         "the hidden-test grade alone")
     shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
     action_format: Literal["xml", "tools"] = Field(
-        "xml", description="xml = actions in rollforge's own verbs (<write>, <run_tests/>, "
-        "<run>, <submit/>) inside one token sequence, for a model without a chat template (the "
+        "xml", description="xml = actions in rollforge's own verbs (`<write>`, "
+        "`<run_tests/>`, `<run>`, `<submit/>`) inside one token sequence, for a model without a chat template (the "
         "tiny default); tools = the episode as messages in the policy's chat template, the verbs "
         "as tools (envs/tools.py) called in `tool_format`, each turn's result a tool message, "
         "token-exact (envs/chat.py, envs/CHAT.md); needs a policy tokenizer with a chat template")
     tool_format: Literal["hermes", "json"] = Field(
         "hermes", description="how tool calls are read with action_format=tools: hermes = JSON "
-        "in <tool_call>...</tool_call> (Hermes, Qwen, and the prompt rollforge writes for a "
+        "in `<tool_call>...</tool_call>` (Hermes, Qwen, and the prompt rollforge writes for a "
         "template without tools); json = the reply is plain JSON calls (envs/toolcalls.py)")
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
                             "instead of bare reference bodies: multi-turn transcripts through the "
