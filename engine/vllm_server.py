@@ -195,10 +195,10 @@ class VLLMServer:
         t0 = time.monotonic()
         # Its own session (process group): stop() ends the API server and the engine-core
         # process it spawns together, and a ^C to the run is not also delivered to them.
-        self.proc = subprocess.Popen(s.command(str(py), port), env=s.environment(), cwd=str(ROOT),
-                                     stdin=subprocess.DEVNULL, stdout=self._log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=_die_with_parent())
+        self.proc = subprocess.Popen(watched(s.command(str(py), port), os.getpid()),
+                                     env=s.environment(), cwd=str(ROOT), stdin=subprocess.DEVNULL,
+                                     stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         _live.add(self)
         self.base_url = f"http://{s.host}:{port}"
         while not healthy(self.base_url):
@@ -299,22 +299,30 @@ class VLLMServer:
 _live: set[VLLMServer] = set()
 
 
-def _die_with_parent():
-    """A preexec_fn asking Linux to SIGTERM the server when the process that started it dies
-    without stopping it (SIGKILL, a crash: atexit does not run). Linux ties this to the
-    starting *thread*, so only a start from the main thread asks for it: a server started from
-    a worker thread (a Prefect task's) would otherwise die when that thread ends."""
-    import threading  # noqa: PLC0415
+# Run in the server's own process before vLLM: it ends the server's process group once the
+# process that started it is gone (SIGKILLed, crashed: atexit does not run), which the server,
+# in a session of its own, would otherwise outlive. Linux's PR_SET_PDEATHSIG cannot do this:
+# it follows the starting *thread*, and a run starts its server from a Prefect task's thread.
+_WATCH_PARENT = """\
+import os, runpy, signal, sys, threading, time
+parent, module = int(sys.argv.pop(1)), sys.argv.pop(1)
+def watch():
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os.killpg(0, signal.SIGTERM)
+    time.sleep(10.0)
+    os.killpg(0, signal.SIGKILL)
+threading.Thread(target=watch, daemon=True, name="rollforge-parent-watch").start()
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
 
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    import ctypes  # noqa: PLC0415
 
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def ask() -> None:
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    return ask
+def watched(cmd: list[str], parent: int) -> list[str]:
+    """`[python, "-m", module, *args]` run so that it dies with process `parent`."""
+    python, flag, module, *args = cmd
+    if flag != "-m":
+        raise ValueError(f"expected a `python -m module` command, got {cmd[:3]}")
+    return [python, "-c", _WATCH_PARENT, str(parent), module, *args]
 
 
 @atexit.register

@@ -17,6 +17,11 @@ mid-stage (killed, crashed), the stage restarts it, syncs it, and samples the wh
 again: a stage's result is all of its completions or none, so no row is lost or duplicated.
 A server at `sampling.engine_url` is someone else's: only adapters are loaded into it, and when
 it is gone the stage fails (and is retried by its stage policy).
+
+Test hook: ROLLFORGE_FAULT_KILL_ENGINE="<version>:<n>:<marker file>" SIGKILLs the managed
+server's process group once, in this process's n-th request for that version (1-based), after
+the server is synced to it and before the request reaches it; the marker file records the pid
+it killed. A test so kills the server inside a chosen stage without racing a fast one.
 """
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ import functools
 import logging
 import os
 import shutil
+import signal
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +44,7 @@ from training.lora import base_path
 
 log = logging.getLogger(__name__)
 
+FAULT_ENV = "ROLLFORGE_FAULT_KILL_ENGINE"
 ENGINE_RESTARTS = 2  # restarts of a dead managed server within one stage before it fails
 
 
@@ -105,6 +113,8 @@ class RunEngine:
         self.banned: tuple[int, ...] = ()
         self.syncs: list[float] = []  # seconds of each sync to a new version (engine/sync_s)
         self.restarts = 0  # restarts of a dead server (engine/restarts)
+        # one sync at a time: two callers finding the server dead must not start two servers
+        self._sync_lock = threading.Lock()
 
     # -- settings ------------------------------------------------------------------------
     def _lora(self) -> bool:
@@ -219,7 +229,9 @@ class RunEngine:
     def sample(self, version: int, request: SampleRequest, progress=None) -> list[Completion]:
         for attempt in range(ENGINE_RESTARTS + 1):
             try:
-                self.sync(version)
+                with self._sync_lock:
+                    self.sync(version)
+                    _arm_fault(self.server, version)
                 sampler = VLLMSampler(self.server, self.banned, model_name=self.adapter)
                 return _scatter(request, [(pos, sampler.sample(req, progress))
                                           for pos, req in grouped(request)])
@@ -244,12 +256,33 @@ class RunEngine:
         self.server, self.version, self.adapter = None, None, None
 
 
+_fault_calls: dict[int, int] = defaultdict(int)  # requests per version (the test hook's count)
+
+
+def _arm_fault(server: VLLMServer | None, version: int) -> None:
+    """The test hook of the module docstring."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec or server is None or server.proc is None:
+        return
+    version_s, nth, marker = spec.split(":", 2)
+    if int(version_s) != version:
+        return
+    _fault_calls[version] += 1
+    if _fault_calls[version] != int(nth) or Path(marker).exists():
+        return
+    Path(marker).write_text(str(server.proc.pid))
+    os.killpg(server.proc.pid, signal.SIGKILL)
+    server.proc.wait()
+
+
 def _scatter(request: SampleRequest, parts) -> list[Completion]:
-    """The grouped requests' completions back in the order of `request`'s prompts."""
+    """The grouped requests' completions back in the order of `request`'s prompts: slot `pos`
+    of the prompt-major answer continues prompt `pos // n`."""
     out: list[Completion | None] = [None] * request.size
     for positions, comps in parts:
         for pos, c in zip(positions, comps):
-            out[pos] = Completion(pos, c.token_ids, c.logprobs, c.finish_reason, c.text)
+            out[pos] = Completion(pos // request.n, c.token_ids, c.logprobs, c.finish_reason,
+                                  c.text)
     assert all(c is not None for c in out)
     return out
 

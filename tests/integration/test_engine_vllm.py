@@ -13,15 +13,14 @@ import torch
 
 from engine.boundary import LocalSampler, SampleRequest
 from engine.vllm_sampler import VLLMSampler
-from engine.vllm_server import DEFAULT_VENV, EngineError, ServerSettings, VLLMServer
+from engine.vllm_server import EngineError, ServerSettings, VLLMServer
+from engine_venv import need_engine_venv
 from training.batch import make_batch, token_logprobs
 from training.policy import load_pretrained
 
 pytestmark = pytest.mark.integration
 
-if not (DEFAULT_VENV / "bin" / "python").is_file():
-    pytest.skip(f"no inference engine venv at {DEFAULT_VENV}: build it with `make engine` "
-                "(about 6 minutes)", allow_module_level=True)
+need_engine_venv()
 
 PROMPTS = ["Write a Python function `add(a, b)` that returns a + b.",
            "What is the capital of France? Answer in one word.",

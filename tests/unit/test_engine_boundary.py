@@ -157,3 +157,52 @@ def test_the_server_command_carries_the_tuned_settings():
     assert "--enforce-eager" not in ServerSettings("/m", eager=False).command("/py", 1)
     env = s.environment()
     assert env["OMP_NUM_THREADS"] == "3" and env["VLLM_CPU_KVCACHE_SPACE"] == "2"
+
+
+
+_STARTER = """
+import os, subprocess, sys, threading, time
+from engine.vllm_server import watched
+def start():  # from a thread, as a run's sample stage starts its server
+    p = subprocess.Popen(watched([sys.executable, "-m", "http.server", "0"], os.getpid()),
+                         start_new_session=True, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    print(p.pid, flush=True)
+t = threading.Thread(target=start)
+t.start()
+t.join()
+time.sleep(600)
+"""
+
+
+def _running(pid: int) -> bool:
+    """A process that has not exited (an exited one may linger as a zombie until reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_started_server_dies_with_the_process_that_started_it_even_from_a_thread():
+    """The server runs in a session of its own; a SIGKILLed run must not leave it behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    starter = subprocess.Popen([sys.executable, "-c", _STARTER], stdout=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parents[2])
+    child = int(starter.stdout.readline())
+    assert _running(child)
+    starter.kill()
+    starter.wait()
+    deadline = time.monotonic() + 60  # the watch polls each second; generous under load
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survived = _running(child)
+    if survived:
+        os.kill(child, signal.SIGKILL)
+    assert not survived, "the server outlived the process that started it"

@@ -61,6 +61,9 @@ def test_equal_prompts_go_together_and_come_back_in_the_requests_order():
 def test_a_request_of_groups_already_is_left_as_it_is():
     req = SampleRequest([[1], [1]], 4)
     assert sampler.grouped(req) == [(list(range(8)), req)]
+    answer = [Completion(i // 4, (7,), (-1.0,), "length", "") for i in range(8)]
+    out = sampler._scatter(req, [(list(range(8)), answer)])
+    assert [c.prompt_index for c in out] == [0, 0, 0, 0, 1, 1, 1, 1]  # prompt-major, n each
 
 
 @pytest.mark.parametrize("sampling,named", [
