@@ -14,12 +14,16 @@ while it scores the dataset's own answer: a compiled source that shares a name o
 the answer and holds a construct the dataset's answer never needs (a call of a name it never
 calls, an attribute, a subscript, a lambda, a comprehension, a boolean or conditional
 expression, a walrus, a star, an f-string, a dunder name) is flagged, and the answer earns
-nothing. The calls sympy's `parse_expr` writes for any name or number (`Symbol`, `Integer`, ...)
-are allowed: an honest `x` becomes `Symbol('x')` where the dataset's answer named no symbol.
+nothing. The calls sympy's `parse_expr` writes for any name or number (`Symbol`, `Integer`, ...) and
+sympy's mathematical functions (`cos`, `sqrt`, ...) are allowed: an honest `x` becomes
+`Symbol('x')` where the dataset's answer named no symbol, an honest integral may need `cos`
+where the dataset's answer had `sqrt`. A compiled source of definitions only (sympy's generated
+helpers) ran nothing and is skipped.
 """
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import json
 import re
@@ -40,6 +44,19 @@ _TOKENS = re.compile(r"[A-Za-z_]\w*|\d+")
 # what sympy's parse_expr writes for any name and number of the text it parses (auto_symbol,
 # auto_number): an honest `x` becomes `Symbol('x')` even where the dataset's answer has none
 _PARSE_EXPR_CALLS = {"Symbol", "Integer", "Float", "Rational", "Function"}
+
+
+@functools.lru_cache(maxsize=1)
+def _math_calls() -> frozenset[str]:
+    """Calls an honest symbolic answer makes whatever the dataset's answer made: parse_expr's
+    own, and sympy's mathematical functions (`cos` where the dataset's answer had `sqrt`; none
+    of them evaluates a string or reaches the process)."""
+    try:
+        import sympy.functions  # noqa: PLC0415 (reasoning_gym's dependency, loaded by it)
+    except ImportError:
+        return frozenset(_PARSE_EXPR_CALLS)
+    return frozenset(_PARSE_EXPR_CALLS | {n for n in dir(sympy.functions)
+                                          if not n.startswith("_")})
 
 
 def question_sha(question: str) -> str:
@@ -167,6 +184,8 @@ def _shape(source: str) -> tuple[set[str], set[str], bool] | None:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return None
+    if tree.body and all(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in tree.body):
+        return set(), set(), False  # definitions only (sympy's generated helpers): nothing ran
     kinds, called, dunder = set(), set(), False
     for node in ast.walk(tree):
         if isinstance(node, _CODE_NODES):
@@ -195,6 +214,6 @@ def code_beyond(answer: str, compiled: Sequence[str], ref_compiled: Sequence[str
             continue  # the library's own code, the same whatever the answer
         shape = _shape(src)
         if shape and (shape[2] or shape[0] - ref_kinds
-                      or shape[1] - ref_called - _PARSE_EXPR_CALLS):
+                      or shape[1] - ref_called - _math_calls()):
             return True
     return False

@@ -156,6 +156,10 @@ def test_code_beyond_what_the_datasets_own_answer_compiles_to_is_told_apart():
     # simple_integration: the dataset's answer in X compiles no Symbol call, an honest one in x does
     assert not code_beyond("2*x**2 + C", ["Integer (2 )*Symbol ('x' )**Integer (2 )+C "],
                            ["Integer (9 )*X **Integer (7 )+C "])
+    # intermediate_integration: cos where the dataset's answer had sqrt; sympy's own helpers
+    assert not code_beyond("cos(8*x)", ["cos (Integer (8 )*x )",
+                                        "def lcm(A, B):\n    return (A if A >= B else B,)\n"],
+                           ["Integer (10 )*sqrt (Integer (7 )-x )"])
 
 
 def test_the_environment_pickles_as_its_options(env):
