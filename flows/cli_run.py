@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers) -> None:
@@ -51,11 +52,20 @@ def _run(args: argparse.Namespace) -> int:
 
     apply_defaults()
 
-    from flows.iteration import train_flow
+    from flows.stop import Stopped, prefect_api, stop_on_signals
+
+    try:
+        with stop_on_signals(), prefect_api():
+            from flows.iteration import train_flow
+
+            result = train_flow(cfg.model_dump(mode="json"))
+    except Stopped as exc:
+        print(f"rollforge run: stopped by {exc.name}; the same command resumes the run "
+              f"({cfg.run_dir})", file=sys.stderr)
+        return 128 + exc.signum
     from flows.report import summary
     from storage.registry import read_metrics
 
-    result = train_flow(cfg.model_dump(mode="json"))
     print()
     print(summary(result, read_metrics(cfg.run_dir)))
     print()

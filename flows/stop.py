@@ -1,0 +1,130 @@
+"""A clean stop for `rollforge run`: the temporary Prefect API outlives the flow it records.
+
+Without a Prefect API configured, Prefect starts a temporary one as a child process in the run's
+process group. A SIGTERM or SIGINT sent to the group (`timeout`, Ctrl-C, `make run` stopped)
+reached that server too: it exited first, the flow could not record its final state (it stayed
+Running), its client retried against the dead API for minutes, and the server's exit status was
+never collected (a zombie). Here the run starts that server itself, in a session of its own so
+that a signal to the run's group does not reach it, watched so that it ends once the run's
+process is gone however it went (a second signal, SIGKILL), and stopped by the run at its end,
+after the flow's last state is recorded.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from contextlib import contextmanager
+from typing import Iterator
+
+# Run in the server's process before uvicorn: it ends the server's session once the process that
+# started it is gone (atexit does not run after SIGKILL or a signal's default action). Linux's
+# PR_SET_PDEATHSIG follows the starting *thread*, so it is not used.
+_WATCH_PARENT = """\
+import os, runpy, signal, sys, threading, time
+parent = int(sys.argv.pop(1))
+def watch():
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    os.killpg(0, signal.SIGTERM)
+    time.sleep(10.0)
+    os.killpg(0, signal.SIGKILL)
+threading.Thread(target=watch, daemon=True, name="rollforge-parent-watch").start()
+runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
+"""
+
+
+def _server_class():
+    import prefect  # noqa: PLC0415
+    from prefect.server.api.server import SubprocessASGIServer  # noqa: PLC0415
+    from prefect.settings import get_current_settings  # noqa: PLC0415
+
+    class SessionServer(SubprocessASGIServer):
+        """Prefect's temporary server (same app, same settings), in a session of its own and
+        ended with the process that started it."""
+
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+                   "PREFECT__SERVER_FINAL": "1",
+                   **get_current_settings().to_environment_variables(exclude_unset=True)}
+            env.pop("PREFECT_API_URL", None)  # the server is the API; it is not its client
+            return subprocess.Popen(
+                [sys.executable, "-c", _WATCH_PARENT, str(os.getpid()), "--app-dir",
+                 str(prefect.__module_path__.parent), "--factory",
+                 "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
+                 str(self.port), "--log-level", "error", "--lifespan", "on"],
+                env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    return SessionServer
+
+
+@contextmanager
+def prefect_api() -> Iterator[str | None]:
+    """The Prefect API for a run: the configured one (PREFECT_API_URL, from the environment or
+    the profile) as it is, or else a temporary server started here and stopped on the way out
+    (yields its API URL), so the flow's final state (Completed, Crashed on a signal) is recorded
+    before it goes. Prefect must not have started its own temporary server yet."""
+    from prefect.context import refresh_global_settings_context  # noqa: PLC0415
+    from prefect.settings import PREFECT_API_URL  # noqa: PLC0415
+
+    if PREFECT_API_URL.value():
+        yield None
+        return
+    server = _server_class()()
+    server.start()
+    os.environ["PREFECT_API_URL"] = server.api_url
+    refresh_global_settings_context()  # every thread's client, not only this context's
+    try:
+        yield server.api_url
+    finally:
+        _drain_prefect()
+        os.environ.pop("PREFECT_API_URL", None)
+        refresh_global_settings_context()
+        server.stop()
+
+
+def _drain_prefect(timeout_s: float = 10.0) -> None:
+    """Send Prefect's queued logs and events while its API is still up. Left to Prefect's own
+    exit hook, they went after the server had stopped, and its client retried each batch with
+    back-off for a minute and a half (measured) before the process could end."""
+    from prefect.events.worker import EventsWorker  # noqa: PLC0415
+    from prefect.logging.handlers import APILogWorker  # noqa: PLC0415
+
+    for service in (APILogWorker, EventsWorker):
+        service.drain_all(timeout=timeout_s)
+
+
+class Stopped(BaseException):
+    """The run was asked to stop by a signal (SIGTERM, SIGINT). A BaseException, as
+    KeyboardInterrupt is: no `except Exception` on the way out swallows it, and Prefect records
+    the flow as Crashed (interrupted), not Failed."""
+
+    def __init__(self, signum: int) -> None:
+        import signal  # noqa: PLC0415
+
+        self.signum, self.name = signum, signal.Signals(signum).name
+        super().__init__(f"stopped by {self.name}")
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGINT raise `Stopped` in the main thread, so the `finally` clauses on the
+    way out (the flow's: the trainer group, the engines, the Dask cluster; then the temporary
+    API) run instead of the default action ending the process on the spot. Prefect's flow engine
+    takes SIGTERM over while the flow runs (to record Crashed) and then re-sends it to this
+    handler. The first signal re-arms the default: a second one during the stop ends the
+    process at once (the temporary API, the Dask workers and the trainer ranks each watch for
+    their parent's end and follow it)."""
+    import signal  # noqa: PLC0415
+
+    def handler(signum, _frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        raise Stopped(signum)
+
+    before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
