@@ -95,10 +95,10 @@ def _score(key_fd, rec_fd, scorer, entry, answer, limit_s):
             value = float_(to_int(value))
         else:
             value, error = None, "NonPlainScore"
-    if error is None and isfinite(value):
+    if error is None and isfinite(value) and 0.0 <= value <= 1.0:
         audit(REC, dumps({"score": value}))
-    else:
-        audit(REC, dumps({"error": error or "NonFiniteScore"}))
+    else:  # a scorer's own bug (a score outside [0, 1]) is an error, never a record it forged
+        audit(REC, dumps({"error": error or "ScoreOutOfRange"}))
     audit(END)
 
 
