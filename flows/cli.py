@@ -9,7 +9,7 @@ import sys
 
 COMMAND_MODULES = ["flows.cli_run", "flows.cli_envs", "flows.cli_exec", "flows.cli_eval", "flows.cli_query",
                    "flows.cli_tasks", "flows.cli_serve", "flows.cli_server", "flows.cli_export",
-                   "flows.cli_model", "flows.cli_hacks", "flows.cli_gateway"]
+                   "flows.cli_model", "flows.cli_hacks", "flows.cli_gateway", "flows.cli_data"]
 
 
 class UsageError(Exception):
