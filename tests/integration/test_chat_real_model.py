@@ -33,6 +33,9 @@ def model():
     return m, tokenizer_of(m)
 
 
+# slow: minutes of SmolLM2 sampling; the templates with its real tokenizer are in
+# tests/unit/test_chat_episodes.py and the tools loop in tests/unit/test_episode_tools.py
+@pytest.mark.slow
 def test_the_real_model_in_tools_episodes_trains_on_exactly_what_it_sampled(model):
     m, tok = model
     cfg = load_config(None, ["episodes.enabled=true"])

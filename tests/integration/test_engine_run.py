@@ -4,7 +4,6 @@ files) through the real CLI, Prefect, Dask, sandbox and DeepSpeed. The server st
 run, is restarted on each new version's weights, and is gone when the run ends; its log-probs
 are the rows' and agree with the trainer's; a run whose server is SIGKILLed mid-iteration
 completes with the rows an undisturbed run has. Skips without the engine's venv (`make engine`)."""
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,7 +48,7 @@ def _finished(out_dir: Path, env: dict | None = None) -> tuple[Path, subprocess.
     return out_dir / "tiny", proc
 
 
-# One fixture per run: each gets the per-test time limit to itself.
+# One fixture per run, first needed by different tests: each run gets a test's time limit.
 @pytest.fixture(scope="module")
 def plain_run(tmp_path_factory):
     return _finished(tmp_path_factory.mktemp("plain"))
@@ -73,8 +72,8 @@ def runs(plain_run, killed_run):
     return {"plain": plain_run, "killed": killed_run}
 
 
-def test_the_rows_carry_the_engines_samples_and_logprobs_that_agree_with_the_trainer(runs):
-    run_dir, proc = runs["plain"]
+def test_the_rows_carry_the_engines_samples_and_logprobs_that_agree_with_the_trainer(plain_run):
+    run_dir, proc = plain_run
     df = read_trajectories(str(run_dir))
     m = read_metrics(str(run_dir)).set_index("iteration").loc[0]
     assert len(df) == 4 * m["curriculum/groups_generated"] and len(df) >= 16
@@ -117,6 +116,7 @@ def test_a_run_whose_server_is_killed_mid_iteration_completes_with_the_same_rows
             == sorted(b[b["group_id"].isin(first)]["task_id"]))
 
 
+@pytest.mark.slow  # overlap itself is tested with the local sampler (test_overlap.py)
 def test_an_overlapped_run_samples_from_the_engine_while_the_update_trains(tmp_path):
     """rl.overlap: iteration i samples with version i - 1 from the engine while update i - 1
     trains in the trainer process; the engine follows the versions it is asked for."""
@@ -135,14 +135,10 @@ def test_an_overlapped_run_samples_from_the_engine_while_the_update_trains(tmp_p
     assert _servers(run_dir) == []
 
 
-# Merged (the default for a LoRA policy) starts SmolLM2's server once per version: 5-8 min
-# here, so only with ROLLFORGE_SLOW_TESTS=1; its parts run in CI all the same (the export in
-# tests/unit, a restart per version in the tiny runs above). Adapter loading is only here.
-SLOW = pytest.mark.skipif(not os.environ.get("ROLLFORGE_SLOW_TESTS"),
-                          reason="SmolLM2 served per version (minutes): ROLLFORGE_SLOW_TESTS=1")
-
-
-@pytest.fixture(scope="module", params=["adapter", pytest.param("merged", marks=SLOW)])
+# Merged (the default for a LoRA policy) starts SmolLM2's server once per version: 5-8 min here,
+# so it is `slow`; its parts run in CI all the same (the export in tests/unit, a restart per
+# version in the tiny runs above). Adapter loading is only here.
+@pytest.fixture(scope="module", params=["adapter", pytest.param("merged", marks=pytest.mark.slow)])
 def lora_run(request, tmp_path_factory):
     """configs/smollm2.yaml (the real model, LoRA) cut to one small iteration, through the
     engine, with each way a version reaches it."""

