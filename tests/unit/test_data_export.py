@@ -238,3 +238,22 @@ def test_a_missing_store_or_a_full_out_folder_exits_2(tmp_path, capsys):
     rc, _ = _export(tmp_path, [run])
     assert rc == 2 and "is not empty; pass --overwrite" in capsys.readouterr().err
     assert os.listdir(tmp_path / "ds") == ["keep.txt"]
+
+
+def test_the_guides_export_commands_run(tmp_path, monkeypatch):
+    """The `rollforge data export` lines of docs/analysts.md, on a store of two runs."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "analysts.md").read_text()
+    lines = [shlex.split(line) for block in re.findall(r"```sh\n(.*?)```", guide, flags=re.S)
+             for line in block.splitlines() if line.startswith("rollforge data export")]
+    assert len(lines) >= 2
+    for run in ("run-a", "run-b"):
+        write_shard(str(tmp_path / "runs" / run), 0, 0,
+                    [_row(run, i, f"t-{i % 5}") for i in range(10)])
+    monkeypatch.chdir(tmp_path)
+    for argv in lines:
+        assert main(argv[1:]) == 0, argv
+        assert _jsonl("data/round1", "train") or _jsonl("data/round1", "validation")
