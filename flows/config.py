@@ -212,6 +212,7 @@ class RunConfig(BaseModel):
                 d["sft"].pop(k, None)
         # A probe that may hold generic-named tasks is how runs before the choice worked.
         _pop_defaults(d["sft"], SFTConfig, ("probe_generic_names",))
+        _pop_defaults(d["sft"], SFTConfig, ("dataset",))  # the sources' references, as before
         # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
         # them worked: same hash.
         _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",

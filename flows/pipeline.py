@@ -19,7 +19,7 @@ from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
 from flows.rollouts import dask_client
 from flows.staging import _has_checkpoint, _stage
-from flows.warm_start import agent_demos, probe_fn
+from flows.warm_start import agent_demos, dataset_pairs, probe_fn
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
@@ -42,7 +42,7 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     for src, tasks in stages.sft_data(cfg):
         env = src.environment()
         if env is not None and env.max_turns > 1:
-            if getattr(env.config, "sft_demos", False):
+            if getattr(env.config, "sft_demos", False) and cfg.sft.dataset is None:
                 demos += agent_demos(cfg, src, env, tasks)
             continue
         pairs += tasks
@@ -54,10 +54,14 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
             raise ValueError("sft.until_pass needs a single-turn source whose training tasks "
                              "have references (the probe is drawn from them)")
         probe = probe_fn(cfg, held)
+    prompts, refs, extra = [t.prompt for t in pairs], [t.reference for t in pairs], {}
+    if cfg.sft.dataset is not None:  # verified successes replace the sources' references
+        prompts, refs, extra = dataset_pairs(cfg, held if probe is not None else [])
+        demos = []
     with torch_threads.budget(cfg.threads.torch) as chosen:
-        out = sft_warm_start(cfg.run_dir, [t.prompt for t in pairs], [t.reference for t in pairs],
-                             cfg.policy, cfg.sft, cfg.rl, cfg.seed, demos=demos or None,
-                             probe=probe)
+        out = sft_warm_start(cfg.run_dir, prompts, refs, cfg.policy, cfg.sft, cfg.rl, cfg.seed,
+                             demos=demos or None, probe=probe)
+    out.update(extra)
     out["sft/threads_at_start"] = chosen["threads/torch"]
     if probe is not None:
         out["sft/probe_tasks"] = len(held)

@@ -71,3 +71,33 @@ def agent_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
                          timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
 
     return build_demos(tasks, naive, demo_env, tok, step_fn)
+
+
+def dataset_pairs(cfg: RunConfig, probe: list[Task]) -> tuple[list[str], list[str], dict]:
+    """(prompts, references, metrics) of `sft.dataset`'s train split, less the examples of a
+    task this run holds out or probes (by task id, or by prompt as `probe_split` withholds):
+    an exported dataset is split by the runs it came from, which need not be this one."""
+    from storage.sft_export import read_examples  # noqa: PLC0415
+
+    try:
+        exs = read_examples(cfg.sft.dataset)
+    except (FileNotFoundError, ValueError) as exc:
+        raise ValueError(f"sft.dataset={cfg.sft.dataset!r}: {exc}") from None
+    held = {t.task_id for t in stages.heldout_tasks(cfg)}
+    probed_ids, probed_prompts = {t.task_id for t in probe}, {t.prompt for t in probe}
+    kept, heldout, probed = [], 0, 0
+    for ex in exs:
+        user, assistant = (m["content"] for m in ex["messages"])
+        if ex["task_id"] in held:
+            heldout += 1
+        elif ex["task_id"] in probed_ids or user in probed_prompts:
+            probed += 1
+        else:
+            kept.append((user, assistant))
+    if not kept:
+        raise ValueError(f"sft.dataset={cfg.sft.dataset!r}: none of its {len(exs)} train "
+                         f"examples is left ({heldout} of tasks this run holds out, {probed} of "
+                         "its probe tasks)")
+    metrics = {"sft/dataset_examples": len(kept), "sft/dataset_dropped_heldout": heldout,
+               "sft/dataset_dropped_probe": probed}
+    return [p for p, _ in kept], [r for _, r in kept], metrics

@@ -298,3 +298,31 @@ def export(inputs: list[str], out_dir: str, opts: ExportOptions, heldout: set[st
     }
     write_dataset(out_dir, kept, manifest, overwrite=overwrite)
     return ExportResult(out_dir, counts, dropped, len(rows))
+
+
+def read_examples(path: str, split: str = "train") -> list[dict]:
+    """The examples of an exported dataset: `path` is its folder (its `<split>.parquet`) or one
+    .parquet / .jsonl file of examples. Each must hold `messages` = [user, assistant] and a
+    `task_id`; ValueError names the file and the example that does not."""
+    if os.path.isdir(path):
+        path = os.path.join(path, f"{split}.parquet")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no SFT dataset at {path!r} (expected a folder written by "
+                                "`rollforge data export`, or its .parquet / .jsonl file)")
+    if path.endswith(".parquet"):
+        exs = pq.read_table(path).to_pylist()
+    elif path.endswith(".jsonl"):
+        with open(path, encoding="utf-8") as f:
+            exs = [json.loads(line) for line in f if line.strip()]
+    else:
+        raise ValueError(f"{path!r}: expected a .parquet or .jsonl file of examples")
+    for i, ex in enumerate(exs):
+        msgs = ex.get("messages") if isinstance(ex, dict) else None
+        roles = [m.get("role") for m in msgs] if isinstance(msgs, list) else None
+        if roles != ["user", "assistant"] or not all(isinstance(m.get("content"), str) for m in msgs):
+            raise ValueError(f"{path}: example {i}: expected messages = [user, assistant] with "
+                             f"text content, got roles {roles}")
+        if not isinstance(ex.get("task_id"), str):
+            raise ValueError(f"{path}: example {i}: no task_id (the warm start keeps the run's "
+                             "held-out tasks out by it)")
+    return exs

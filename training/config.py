@@ -130,6 +130,12 @@ class SFTConfig(BaseModel):
         "families it has references for, not how far it carries over to names it does not know")
     decay_steps: int = Field(300, ge=1, description="with until_pass: steps of linear decay "
                              "after the criterion is met")
+    dataset: str | None = Field(
+        None, description="the warm start's data from a dataset written by `rollforge data "
+        "export` (its folder, or one of its .parquet/.jsonl files): the train split's user and "
+        "assistant messages as (prompt, reference) pairs, instead of the sources' references "
+        "(rejection sampling: the next round trains on verified successes); examples of tasks "
+        "this run holds out or probes are left out. None: the sources' references")
 
     @model_validator(mode="after")
     def _criterion_fits(self) -> "SFTConfig":

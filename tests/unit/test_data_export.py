@@ -257,3 +257,53 @@ def test_the_guides_export_commands_run(tmp_path, monkeypatch):
     for argv in lines:
         assert main(argv[1:]) == 0, argv
         assert _jsonl("data/round1", "train") or _jsonl("data/round1", "validation")
+
+
+def _tiny_cfg(tmp_path, **sft):
+    from flows.config import load_config
+
+    cfg = load_config("configs/tiny.yaml")
+    return cfg.model_copy(update={"out_dir": str(tmp_path / "out"),
+                                  "sft": cfg.sft.model_copy(update=sft)})
+
+
+def test_the_warm_start_trains_on_an_exported_dataset_less_the_runs_held_out_tasks(tmp_path):
+    """An export from another run holds a task that this run holds out: the warm start (the
+    real stage, a tiny model) trains on the other examples only and says how many it left."""
+    from flows import pipeline, stages
+    from training.checkpoints import checkpoint_dir
+
+    probe_cfg = _tiny_cfg(tmp_path)
+    pool = stages.task_pool(probe_cfg)
+    held = [t for t in pool if t.split == "heldout"][:1]
+    train = [t for t in pool if t.split == "train"][:3]
+    write_shard(str(tmp_path / "runs" / "other"), 0, 0,
+                [_row("other", i, t.task_id, prompt=t.prompt, completion=t.reference)
+                 for i, t in enumerate(held + train)])
+    rc, ds = _export(tmp_path, [tmp_path / "runs"])  # the other run held nothing out
+    assert rc == 0 and len(_jsonl(ds, "train")) == 4
+    cfg = _tiny_cfg(tmp_path, dataset=ds, steps=2, batch_size=4)
+    out = pipeline.sft_stage.fn(cfg)
+    assert out["sft/dataset_examples"] == 3 and out["sft/dataset_dropped_heldout"] == 1
+    assert (checkpoint_dir(cfg.run_dir, 0) / "meta.json").exists()
+
+
+def test_a_warm_start_dataset_that_is_missing_or_not_messages_is_refused(tmp_path):
+    from flows.warm_start import dataset_pairs
+
+    with pytest.raises(ValueError, match=r"sft.dataset='.*nowhere'.*no SFT dataset"):
+        dataset_pairs(_tiny_cfg(tmp_path, dataset=str(tmp_path / "nowhere")), [])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"task_id": "t", "messages": [{"role": "assistant",
+                                                             "content": "x"}]}) + "\n")
+    with pytest.raises(ValueError, match=r"example 0: expected messages = \[user, assistant\]"):
+        dataset_pairs(_tiny_cfg(tmp_path, dataset=str(bad)), [])
+
+
+def test_a_run_without_a_warm_start_dataset_keeps_its_config_hash():
+    from flows.config import load_config
+
+    cfg = load_config("configs/default.yaml")
+    assert "dataset" not in cfg.computed()["sft"]
+    with_ds = cfg.model_copy(update={"sft": cfg.sft.model_copy(update={"dataset": "d"})})
+    assert with_ds.hash() != cfg.hash()
