@@ -69,7 +69,7 @@ def config_heldout(runs: list[str]) -> tuple[set[str], list[str]]:
         try:
             cfg = validate_config({**raw, "out_dir": loc.parent().uri, "run_id": loc.name})
             held |= {t.task_id for t in stages.heldout_tasks(cfg)}
-        except (ConfigError, ValueError, ImportError) as exc:
+        except (ConfigError, ValueError, ImportError, OSError) as exc:
             raise ValueError(f"{run}: its config.yaml does not rebuild its task pool, so its "
                              f"held-out tasks are unknown ({exc}); pass --no-config-heldout "
                              "to rely on the rows' split") from None

@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rewards.outcome import SOLVED_FACTS, fill_solved
 from storage import registry, trajectories
 from storage.fs import locate
 
@@ -97,13 +98,24 @@ def resolve_runs(paths: list[str]) -> list[str]:
     return runs
 
 
+# What the selection and the examples read: never the token ids and log-probs, which are most
+# of a store's bytes.
+COLUMNS = sorted(set(PROVENANCE) | set(SOLVED_FACTS) | {
+    "shard", "sample_index", "split", "status", "solved", "prompt", "completion", "turns",
+    "answer_executed"})
+
+
+def _read_run(run: str) -> pd.DataFrame:
+    table = trajectories.retrying(lambda: trajectories.open_dataset(run).to_table(columns=COLUMNS),
+                                  f"reading {run}")
+    return fill_solved(table.to_pandas())
+
+
 def read_runs(runs: list[str]) -> pd.DataFrame:
-    """Every trajectory row of the runs, in run order (the store's own reader)."""
-    frames = [trajectories.read_trajectories(r) for r in runs]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return trajectories.read_trajectories(runs[0]) if runs else pd.DataFrame()
-    return pd.concat(frames, ignore_index=True)
+    """The trajectory rows of the runs (the columns of COLUMNS), in run order."""
+    frames = [_read_run(r) for r in runs]
+    nonempty = [f for f in frames if len(f)]
+    return pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
 
 
 def heldout_from_rows(rows: pd.DataFrame) -> set[str]:
