@@ -29,17 +29,7 @@ def pytest_internalerror(excrepr, excinfo, *, _f=None):
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_setup(item, *, _f=None):
-    return (yield from _f(item))
-
-
-@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item, *, _f=None):
-    return (yield from _f(item))
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_teardown(item, nextitem, *, _f=None):
     return (yield from _f(item))
 
 
@@ -157,16 +147,6 @@ BODY = r'''
                 flag("timeout_evasion")
             setsignal(SIG, alarm)
 
-    def phase(item):
-        """A test's setup or teardown (fixtures of the tests may call the tested code): pytest's
-        state as it began and as it ends must be the same, as for the call (runtest_call)."""
-        framework = pytest_state() if snap else None
-        try:
-            return (yield)
-        finally:
-            if framework is not None and pytest_moved(framework):
-                flag("pytest_tampering")
-
     def makereport(item, call):
         report = yield
         exc = call.excinfo
@@ -210,9 +190,7 @@ BODY = r'''
                         (pytest_collection_finish, collection_finish),
                         (pytest_collectreport, collectreport),
                         (pytest_internalerror, internalerror),
-                        (pytest_runtest_setup, phase),
                         (pytest_runtest_call, runtest_call),
-                        (pytest_runtest_teardown, phase),
                         (pytest_runtest_makereport, makereport),
                         (pytest_sessionfinish, sessionfinish)):
         seal(entry, impl)
