@@ -32,6 +32,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rewards import pyast
 from rewards.outcome import SOLVED_FACTS, fill_solved
 from storage import registry, trajectories
 from storage.fs import locate
@@ -131,7 +132,7 @@ def normalise_answer(text: str) -> str:
     runs of whitespace. Two answers that differ only there count as one in dedup."""
     src = textwrap.dedent(text or "")
     try:
-        return ast.unparse(ast.parse(src))
+        return ast.unparse(pyast.parse(src))
     except (SyntaxError, ValueError):
         pass
     try:  # a fragment (a function body cut mid-way): drop comments, keep the tokens

@@ -32,6 +32,7 @@ from typing import Sequence
 
 from envs.base import TestReport
 from envs.reasoning_gym.harness import HARNESS_SOURCE
+from rewards import pyast
 from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 
@@ -181,7 +182,7 @@ def _shape(source: str) -> tuple[set[str], set[str], bool] | None:
     """(construct kinds, names called, dunder seen) of compiled source, None if it does not
     parse (then it never ran)."""
     try:
-        tree = ast.parse(source)
+        tree = pyast.parse(source)
     except (SyntaxError, ValueError):
         return None
     if tree.body and all(isinstance(n, (ast.FunctionDef, ast.ClassDef)) for n in tree.body):
