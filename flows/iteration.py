@@ -34,6 +34,7 @@ from flows.sampler import close_engines, engine_metrics, policy_tokenizer, prefl
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
+from flows.stop import second_signal_ends_it
 from storage import registry
 from tasks.record import Task
 from training import checkpoints
@@ -109,6 +110,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         run_iterations(cfg, start, opts, log, client, baseline)
         final = evaluate_policy(cfg, cfg.iterations, opts, client)
     finally:
+        second_signal_ends_it()  # a stop's cleanup: a second signal cuts it short, no hang
         trainer_group.close_group()  # first: a group on Dask workers is stopped through them
         close_engines()
         close_clients()

@@ -112,9 +112,10 @@ def stop_on_signals() -> Iterator[None]:
     way out (the flow's: the trainer group, the engines, the Dask cluster; then the temporary
     API) run instead of the default action ending the process on the spot. Prefect's flow engine
     takes SIGTERM over while the flow runs (to record Crashed) and then re-sends it to this
-    handler. The first signal re-arms the default: a second one during the stop ends the
+    handler. Once that handler has run, the default is back: a further signal ends the
     process at once (the temporary API, the Dask workers and the trainer ranks each watch for
-    their parent's end and follow it)."""
+    their parent's end and follow it); `second_signal_ends_it` gives the flow's cleanup the
+    same behaviour while Prefect's handler is still installed."""
     import signal  # noqa: PLC0415
 
     def handler(signum, _frame):
@@ -128,3 +129,22 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for s, h in before.items():
             signal.signal(s, h)
+
+
+def second_signal_ends_it() -> None:
+    """Called first in the flow's cleanup: when the cleanup runs because of a signal
+    (Prefect's TerminationSignal for SIGTERM, `Stopped`, KeyboardInterrupt), a further SIGTERM
+    or SIGINT takes the default action and ends the process at once, rather than landing in
+    Prefect's handler midway through the cleanup (observed: the cleanup cut short, then the
+    process hung at its exit). What it started follows it: each watches for its parent's end.
+    Prefect puts the run's own handler back before it re-sends the first signal."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from prefect.exceptions import TerminationSignal  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers
+    if isinstance(sys.exc_info()[1], (TerminationSignal, Stopped, KeyboardInterrupt)):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
