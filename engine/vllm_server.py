@@ -299,10 +299,11 @@ class VLLMServer:
 _live: set[VLLMServer] = set()
 
 
-# Run in the server's own process before vLLM: it ends the server's process group once the
-# process that started it is gone (SIGKILLed, crashed: atexit does not run), which the server,
-# in a session of its own, would otherwise outlive. Linux's PR_SET_PDEATHSIG cannot do this:
-# it follows the starting *thread*, and a run starts its server from a Prefect task's thread.
+# Run in a server's own process before its module (vLLM here; Prefect's temporary API in
+# flows/stop.py): it ends the server's process group once the process that started it is gone
+# (SIGKILLed, crashed: atexit does not run), which the server, in a session of its own, would
+# otherwise outlive. Linux's PR_SET_PDEATHSIG cannot do this: it follows the starting *thread*,
+# and a run starts its vLLM server from a Prefect task's thread.
 _WATCH_PARENT = """\
 import os, runpy, signal, sys, threading, time
 parent, module = int(sys.argv.pop(1)), sys.argv.pop(1)

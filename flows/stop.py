@@ -17,22 +17,7 @@ import sys
 from contextlib import contextmanager
 from typing import Iterator
 
-# Run in the server's process before uvicorn: it ends the server's session once the process that
-# started it is gone (atexit does not run after SIGKILL or a signal's default action). Linux's
-# PR_SET_PDEATHSIG follows the starting *thread*, so it is not used.
-_WATCH_PARENT = """\
-import os, runpy, signal, sys, threading, time
-parent = int(sys.argv.pop(1))
-def watch():
-    while os.getppid() == parent:
-        time.sleep(0.5)
-    os.killpg(0, signal.SIGTERM)
-    time.sleep(10.0)
-    os.killpg(0, signal.SIGKILL)
-threading.Thread(target=watch, daemon=True, name="rollforge-parent-watch").start()
-runpy.run_module("uvicorn", run_name="__main__", alter_sys=True)
-"""
-
+from engine.vllm_server import watched
 
 def _server_class():
     import prefect  # noqa: PLC0415
@@ -48,11 +33,13 @@ def _server_class():
                    "PREFECT__SERVER_FINAL": "1",
                    **get_current_settings().to_environment_variables(exclude_unset=True)}
             env.pop("PREFECT_API_URL", None)  # the server is the API; it is not its client
-            return subprocess.Popen(
-                [sys.executable, "-c", _WATCH_PARENT, str(os.getpid()), "--app-dir",
+            # watched: it ends its session once the run's process is gone however it went
+            # (SIGKILL too), from whichever thread started it (engine/vllm_server.py)
+            return subprocess.Popen(watched(
+                [sys.executable, "-m", "uvicorn", "--app-dir",
                  str(prefect.__module_path__.parent), "--factory",
                  "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port",
-                 str(self.port), "--log-level", "error", "--lifespan", "on"],
+                 str(self.port), "--log-level", "error", "--lifespan", "on"], os.getpid()),
                 env=env, stdin=subprocess.DEVNULL, start_new_session=True)
 
     return SessionServer
