@@ -137,9 +137,8 @@ class Gateway:
 
     def record(self, episode: str, endpoint: str, model: str, request: SampleRequest,
                comps: list[Completion], seconds: float, messages: list[dict] | None) -> int:
-        # Which prompt a choice continues is its place (the boundary's answers are
-        # prompt-major), not `Completion.prompt_index`: flows/sampler.py's `_scatter` renumbers
-        # an engine's completions of an n > 1 request by position.
+        # Which prompt a choice continues is its place: the boundary's answers are prompt-major,
+        # n per prompt (engine/boundary.py), so choice i continues prompt i // n.
         rec = {"run_id": self.cfg.run_id, "endpoint": endpoint, "model": model,
                "policy_version": self.version, "created": time.time(), "seconds": seconds,
                "request": {"n": request.n, "temperature": request.temperature,
