@@ -16,9 +16,18 @@ pass, no KL, no replay, every group trained on; 10 steps a run.
   run folder (`time/*_s`, `train/seconds`), its wall per iteration the stage journal's times.
 
 The sides run alternately (TRL, rollforge, TRL, rollforge, ... `--rounds`), each under
-`nice -n 5` with OMP_NUM_THREADS=1; the load average is printed at the start and the end.
+`nice -n 5`, each with its own default threads, as a user would run it (TRL: torch's default, one
+per core; rollforge: its own thread budget, training/threads.py); `--threads N` pins both.
 
-    .venv/bin/python bench/bench_trl.py                    # build, 2 rounds, report (~12 min)
+A comparison is only as good as the machine is quiet: a CPU-bound neighbour slows the two sides
+unequally (here TRL's step went from 1.69 s quiet to 4.84 s at load 3). The quiet sitting comes
+first, and its ratios are printed only when the 1-minute load average per core stayed at most
+`--max-load` (0.5) at its start and its end (`--allow-load` prints them anyway, marked). Then,
+with `--loaded-rounds`, a second sitting under a known load (`--burners` CPU-bound processes
+beside the sides) gives the loaded figure as a second table.
+
+    .venv/bin/python bench/bench_trl.py                    # build, 2 quiet rounds, report (~12 min)
+    .venv/bin/python bench/bench_trl.py --loaded-rounds 1  # then one round beside 2 burners
     .venv/bin/python bench/bench_trl.py --rounds 1 --profile
     .venv/bin/python bench/bench_trl.py --report           # print the last results again
 
@@ -46,17 +55,39 @@ CONFIG = ROOT / "bench" / "trl_workload.yaml"
 NICE = ["nice", "-n", "5"]
 
 
-def side_env() -> dict[str, str]:
+def side_env(threads: int | None = None) -> dict[str, str]:
     # DeepSpeed's CPU accelerator JIT-builds its shm comm op into TORCH_EXTENSIONS_DIR (default
     # ~/.cache/torch_extensions, shared by every checkout on the machine), and rebuilds it
     # (minutes) whenever the venv's path in its build file differs from the last builder's:
     # a folder of this checkout's own keeps the build and stops it from evicting others'.
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT),
            "TORCH_EXTENSIONS_DIR": str(ROOT / ".torch_extensions")}
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+              "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         env.pop(k, None)
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
+
+
+def load_per_core() -> float:
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+class Burners:
+    """`n` CPU-bound processes beside the benchmark: a known load for the loaded sitting."""
+
+    def __init__(self, n: int) -> None:
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                      for _ in range(n)]
+
+    def __enter__(self) -> "Burners":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait()
 
 
 def load() -> str:
@@ -87,13 +118,13 @@ def ensure_venv() -> Path:
 
 
 # -- the two sides -----------------------------------------------------------------------------
-def run_trl(py: Path, work: Path, tag: str, steps: int) -> dict:
+def run_trl(py: Path, work: Path, tag: str, steps: int, threads: int | None) -> dict:
     out = work / "results" / f"trl-{tag}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     p = subprocess.run([*NICE, str(py), str(ROOT / "bench" / "trl_side.py"), "--model",
                         str(work / "warm"), "--tasks", str(work / "tasks.jsonl"), "--out", str(out),
-                        "--steps", str(steps)], env=side_env(), capture_output=True, text=True)
+                        "--steps", str(steps)], env=side_env(threads), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if p.returncode:
         sys.exit(f"TRL side failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
@@ -104,7 +135,7 @@ def run_trl(py: Path, work: Path, tag: str, steps: int) -> dict:
     return res
 
 
-def run_rollforge(work: Path, tag: str, steps: int) -> dict:
+def run_rollforge(work: Path, tag: str, steps: int, threads: int | None) -> dict:
     run_id = f"rf-{tag}-{int(time.time())}"
     out_dir = work / "runs"
     cmd = [*NICE, sys.executable, "-m", "flows.cli", "run", "--config", str(CONFIG), "--tasks",
@@ -112,7 +143,7 @@ def run_rollforge(work: Path, tag: str, steps: int) -> dict:
            "--set", f"out_dir={out_dir}", "--set", f"run_id={run_id}",
            "--set", f"iterations={steps}"]
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, env=side_env(), capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=ROOT, env=side_env(threads), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if p.returncode:
         sys.exit(f"rollforge side failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
@@ -168,7 +199,17 @@ def med(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def report(res: dict) -> str:
+def quiet_enough(res: dict, max_load: float) -> bool:
+    """The sitting's 1-minute load average per core, at its start and its end, at most
+    `max_load`."""
+    return all(res.get(k, float("inf")) <= max_load for k in ("per_core_start", "per_core_end"))
+
+
+def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
+    """The table of one sitting. Its ratios only where the machine was quiet enough (or
+    `allow_load`, marked): a ratio from a loaded sitting says more about the neighbour."""
+    quiet = quiet_enough(res, max_load)
+    show_ratio = quiet or allow_load or res.get("burners", 0) > 0
     trl = [s for r in res["trl"] for s in r["steps"]]
     rf = [s for r in res["rollforge"] for s in r["iterations"]]
     trl_wall = [b["t_end"] - a["t_end"] for r in res["trl"] for a, b in zip(r["steps"], r["steps"][1:])]
@@ -208,7 +249,18 @@ def report(res: dict) -> str:
              f"{'TRL':>8}{'rollforge':>11}{'ratio':>8}"]
     for name, t, r in rows:
         ratio = f"{r / t:.2f}x" if t and r is not None and t == t and r == r else ""
-        lines.append(f"{name:<{width}}{f(t):>8}{f(r):>11}{ratio:>8}")
+        lines.append(f"{name:<{width}}{f(t):>8}{f(r):>11}{ratio if show_ratio else '':>8}")
+    per_core = (f"{res.get('per_core_start', float('nan')):.2f} at the start, "
+                f"{res.get('per_core_end', float('nan')):.2f} at the end")
+    if res.get("burners"):
+        lines.append(f"LOADED sitting: {res['burners']} CPU-bound burner process(es) beside the "
+                     f"sides; load per core {per_core}")
+    elif not quiet:
+        lines.append(f"NOT QUIET: load per core {per_core}, above --max-load {max_load}: "
+                     + ("ratios printed because of --allow-load; do not quote them as the quiet "
+                        "figure" if allow_load else "no ratio printed (--allow-load to print it)"))
+    else:
+        lines.append(f"quiet sitting: load per core {per_core} (at most {max_load})")
     lines.append("")
     lines.append("rollforge stages: seconds as the flow sees them | the stage function's own (its "
                  "journal line) | the difference, Prefect's task engine around it (median)")
@@ -232,58 +284,93 @@ def report(res: dict) -> str:
         f"{name} {wall:.1f}" for name, wall in res["order"]))
     lines.append(f"load average (1, 5, 15 min): start {res['load_start']}, end {res['load_end']}")
     v = res["trl"][0]
-    lines.append(f"TRL {v['trl']}, torch {v['torch']} ({v['torch_threads']} thread), "
-                 f"transformers {v['transformers']}; warm start {res['workload']['warm_start']}")
+    threads = res.get("threads")
+    lines.append(f"TRL {v['trl']}, torch {v['torch']} ({v['torch_threads']} thread(s): "
+                 + (f"pinned by --threads {threads}" if threads else "its default") + "), "
+                 f"transformers {v['transformers']}; rollforge threads: "
+                 + (f"pinned by --threads {threads}" if threads else "its own budget")
+                 + f"; warm start {res['workload']['warm_start']}")
     return "\n".join(lines)
+
+
+def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: int | None,
+            burners: int, workload: dict) -> dict:
+    """`rounds` alternated TRL-then-rollforge pairs, beside `burners` CPU-bound processes."""
+    res = {"name": name, "workload": workload, "trl": [], "rollforge": [], "order": [],
+           "burners": burners, "threads": threads}
+    with Burners(burners):
+        res["load_start"], res["per_core_start"] = load(), load_per_core()
+        print(f"{name} sitting: load average at the start {res['load_start']}", flush=True)
+        for r in range(rounds):
+            tag = f"{name}-r{r}"
+            t = run_trl(py, work, tag, steps, threads)
+            res["trl"].append(t)
+            res["order"].append((f"TRL {tag}", t["wall_s"]))
+            print(f"{tag}: TRL {t['wall_s']:.1f} s (load {load()})", flush=True)
+            f = run_rollforge(work, tag, steps, threads)
+            res["rollforge"].append(f)
+            res["order"].append((f"rollforge {tag}", f["wall_s"]))
+            print(f"{tag}: rollforge {f['wall_s']:.1f} s (load {load()})", flush=True)
+        res["load_end"], res["per_core_end"] = load(), load_per_core()
+    return res
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", default=str(ROOT / "runs" / "bench-trl"),
                     help="where the workload, the runs and results.json go")
-    ap.add_argument("--rounds", type=int, default=2, help="TRL-then-rollforge pairs")
+    ap.add_argument("--rounds", type=int, default=2, help="TRL-then-rollforge pairs, quiet")
+    ap.add_argument("--loaded-rounds", type=int, default=0,
+                    help="then pairs beside --burners CPU-bound processes (default: none)")
+    ap.add_argument("--burners", type=int, default=os.cpu_count() or 2,
+                    help="CPU-bound processes of the loaded sitting (default: one per core)")
+    ap.add_argument("--max-load", type=float, default=0.5,
+                    help="highest 1-minute load average per core, at the quiet sitting's start "
+                         "and end, for its ratios to be printed (default: %(default)s)")
+    ap.add_argument("--allow-load", action="store_true",
+                    help="print the quiet sitting's ratios even above --max-load (marked)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="pin both sides' torch threads (default: each side's own default)")
     ap.add_argument("--steps", type=int, default=10, help="steps (iterations) a run")
     ap.add_argument("--warm-steps", type=int, default=150, help="warm start steps (first build)")
     ap.add_argument("--report", action="store_true", help="print the last results again")
     ap.add_argument("--profile", action="store_true", help="then profile a rollforge run")
     ap.add_argument("--profile-iterations", type=int, default=4)
     args = ap.parse_args()
+    if args.rounds < 1 or args.loaded_rounds < 0 or args.burners < 1 or args.steps < 2:
+        ap.error("--rounds must be >= 1, --loaded-rounds >= 0, --burners >= 1, --steps >= 2")
     work = Path(args.work).resolve()
     results = work / "results.json"
     if args.report:  # rollforge's figures are read again from its run folders
-        res = json.loads(results.read_text())
-        for r in res["rollforge"]:
-            r.update(rollforge_figures(Path(r["run_dir"])))
-        print(report(res))
+        saved = json.loads(results.read_text())
+        for res in saved.get("sittings", [saved]):
+            for r in res["rollforge"]:
+                r.update(rollforge_figures(Path(r["run_dir"])))
+            print(report({"workload": saved["workload"], **res}, args.max_load, args.allow_load))
+            print()
         return 0
 
-    os.environ.update({k: v for k, v in side_env().items() if k.endswith("THREADS")})
     py = ensure_venv()
     from bench import trl_workload
 
     print(f"building the workload in {work} ...", flush=True)
     wl = trl_workload.build(work, args.warm_steps)
     print(f"workload: {json.dumps(wl['warm_start'])}", flush=True)
-    res = {"workload": wl, "trl": [], "rollforge": [], "order": [], "load_start": load()}
-    print(f"load average at the start: {res['load_start']}", flush=True)
-    for r in range(args.rounds):
-        t = run_trl(py, work, f"r{r}", args.steps)
-        res["trl"].append(t)
-        res["order"].append((f"TRL r{r}", t["wall_s"]))
-        print(f"round {r}: TRL {t['wall_s']:.1f} s (load {load()})", flush=True)
-        f = run_rollforge(work, f"r{r}", args.steps)
-        res["rollforge"].append(f)
-        res["order"].append((f"rollforge r{r}", f["wall_s"]))
-        print(f"round {r}: rollforge {f['wall_s']:.1f} s (load {load()})", flush=True)
-    res["load_end"] = load()
-    results.write_text(json.dumps(res, indent=2))
-    print()
-    print(report(res))
+    sittings = [sitting(py, work, "quiet", args.rounds, args.steps, args.threads, 0, wl)]
+    if args.loaded_rounds:
+        sittings.append(sitting(py, work, "loaded", args.loaded_rounds, args.steps, args.threads,
+                                args.burners, wl))
+    tmp = results.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps({"workload": wl, "sittings": sittings}, indent=2))
+    os.replace(tmp, results)
+    for res in sittings:  # the quiet figure first, then the loaded one
+        print()
+        print(report(res, args.max_load, args.allow_load))
     if args.profile:
         print(flush=True)
         subprocess.run([*NICE, sys.executable, str(ROOT / "bench" / "trl_profile.py"), "--work",
                         str(work), "--iterations", str(args.profile_iterations)],
-                       env=side_env(), cwd=ROOT, check=True)
+                       env=side_env(args.threads), cwd=ROOT, check=True)
     return 0
 
 

@@ -49,3 +49,30 @@ def test_rollforge_config_of_the_bench_has_trls_shapes(tmp_path):
     assert (cfg.rl.lr, cfg.rl.epochs, cfg.rl.kl_coef, cfg.rl.replay_coef, cfg.sft.steps) \
         == (1e-4, 1, 0.0, 0.0, 0)
     assert not cfg.tasks.dynamic_sampling and cfg.rl.micro_batch_size == 64
+
+
+def _sitting(per_core: float, burners: int = 0) -> dict:
+    from bench import bench_trl
+
+    step = {"step_s": 1.0, "generate_s": 0.3, "reward_s": 0.4, "forward_s": 0.1,
+            "backward_s": 0.1, "other_s": 0.1, "mean_reward": 0.0, "trained": True}
+    it = {f"{p}_s": 0.1 for p in bench_trl.RF_PARTS} | {
+        "iteration_s": 2.0, "wall_s": 2.0, "train_s": 0.2, "sequences": 64, "trained": True,
+        "update_rest_s": 0.0, "mean_reward": 0.0, "bodies": {}}
+    return {"workload": {"warm_start": {}}, "burners": burners, "threads": None,
+            "trl": [{"steps": [step | {"t_end": float(i)} for i in range(3)], "trl": "x",
+                     "torch": "x", "torch_threads": 2, "transformers": "x"}],
+            "rollforge": [{"iterations": [it] * 3}], "order": [],
+            "load_start": "", "load_end": "", "per_core_start": per_core, "per_core_end": 0.1}
+
+
+def test_the_report_prints_ratios_only_for_a_quiet_sitting_or_a_marked_loaded_one():
+    from bench.bench_trl import report
+
+    quiet = report(_sitting(0.2))
+    assert "2.00x" in quiet and "quiet sitting" in quiet
+    busy = report(_sitting(1.5))
+    assert "NOT QUIET" in busy and "2.00x" not in busy
+    assert "2.00x" in report(_sitting(1.5), allow_load=True)
+    loaded = report(_sitting(1.5, burners=2))  # the loaded sitting is labelled, not refused
+    assert "2.00x" in loaded and "LOADED sitting: 2" in loaded
