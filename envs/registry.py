@@ -38,6 +38,7 @@ BUILTIN: dict[str, str] = {
     "logic": "envs.logic:LogicEnv",
     "repo": "envs.repo:RepoEnv",
     "reasoning_gym": "envs.reasoning_gym:ReasoningGymEnv",
+    "verifiers": "envs.verifiers:VerifiersEnv",
 }
 
 
