@@ -199,6 +199,9 @@ class RunConfig(BaseModel):
             d["sampling"].pop(k, None)
         if d["sampling"].get("engine") == "local":
             d["sampling"].pop("engine", None)
+        # When each episode's turn is requested changes the order of the work, not what an
+        # episode is drawn from.
+        d["sampling"].pop("turns", None)
         d["rl"].pop("logprob_gap_warn", None)  # when to warn, not what is computed
         # `rl.replay_coef` 0 (off) is how runs before it existed worked: same hash.
         if not d["rl"].get("replay_coef"):

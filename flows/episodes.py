@@ -1,21 +1,27 @@
 """The one loop's episodes, for every kind and turn count (no Prefect here; flows/iteration.py
 wires these to its stages).
 
-An episode alternates the two places work happens (DESIGN.md): the policy samples the next
-action of every live episode in one batch where it lives (the sample stage), then the
-environment steps of all those episodes fan out on Dask in shards (the rollout stage,
-flows/episode_exec.py), and the observations come back into each episode's token sequence
-(training/episodes.py). A single-turn kind ends at its first step, which grades the answer; a
-multi-turn kind ends at its submit, its turn limit or its time budget. Then one row per episode
-goes to the store (`episode_rows`), GRPO gets one advantage per episode (group = the task's G
-episodes) and trains on the policy's tokens only.
+An episode alternates the two places work happens (DESIGN.md): the policy samples its next
+action where it lives (the sample stage), then its environment step runs on Dask (the rollout
+stage, flows/episode_exec.py), and the observation comes back into its token sequence
+(training/episodes.py). `play` moves each episode on by itself (`sampling.turns: per_episode`):
+its next action is requested as soon as its own step returned, so a slow step holds up its
+episode only, and every request ready at once goes out together (one batch for the local
+sampler, concurrent calls for an engine, which batches what is in flight). `synchronous` is the
+same loop with a barrier at each turn. A single-turn kind ends at its first step, which grades
+the answer; a multi-turn kind ends at its submit, its turn limit or its time budget. Then one
+row per episode goes to the store (`episode_rows`), GRPO gets one advantage per episode (group
+= the task's G episodes) and trains on the policy's tokens only.
 """
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import math
+from collections import defaultdict
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 
 import numpy as np
 
@@ -31,9 +37,10 @@ from training.episodes import EpisodeTokens, fit_observation, observation_text
 from training.generate import Sample
 
 # (turn, contexts, episodes, max_new_tokens, k) -> (one action per context, the seconds the
-# sampler spent). `episodes` are the live episodes the contexts belong to (a scripted policy
-# reads them, a model needs only the contexts); `k` numbers the calls of one turn (one per
-# action budget). The seconds are the sampler's own, so a call answered from the cache reports
+# sampler spent). `episodes` are the episodes the contexts belong to (a scripted policy reads
+# them, a model needs only the contexts), all at the same turn; `k` numbers the calls of one
+# turn (under `synchronous`, one per action budget). Calls may come from several threads at
+# once (`play`'s `concurrent`), and so may the step function's. The seconds are the sampler's own, so a call answered from the cache reports
 # the time it first took and the rows built from it are the same.
 SampleFn = Callable[[int, list[list[int]], list["Episode"], int, int],
                     tuple[list[Sample], float]]
@@ -77,42 +84,156 @@ class Episode:
         return breakdown_of(self.final or {})
 
 
+Turns = Literal["synchronous", "per_episode"]
+
+
 def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, tok,
-         action_tokens: int, sample_fn: SampleFn, step_fn: StepFn) -> list[Episode]:
-    """Run `group` episodes per task (`envs[i]` plays `tasks[i]`) to the end, all turns
-    batched (see the module docstring). A task whose first observation leaves no room for an
-    action is refused (ValueError); after the first turn, an episode whose context has no room
-    left for another action is ended and graded as it stands (`end_reason` context_full).
+         action_tokens: int, sample_fn: SampleFn, step_fn: StepFn,
+         turns: Turns = "synchronous", concurrent: bool = False) -> list[Episode]:
+    """Run `group` episodes per task (`envs[i]` plays `tasks[i]`) to the end (see the module
+    docstring). A task whose first observation leaves no room for an action is refused
+    (ValueError); after the first turn, an episode whose context has no room left for another
+    action is ended and graded as it stands (`end_reason` context_full).
     `action_tokens` is the default action budget (`sampling.max_new_tokens`). With prompts
     in a chat template the policy is an instruct model: each action is what its answer stands
-    for (`Environment.answer`, e.g. the code of a fenced block), and the text stays as written."""
+    for (`Environment.answer`, e.g. the code of a fenced block), and the text stays as written.
+
+    `turns`: `per_episode`, each episode's next action is requested as soon as its own step
+    returned and its step submitted as soon as its action came back; `synchronous`, the same
+    loop with a barrier at each turn (every live episode samples, then every one steps).
+    `concurrent`: the sampler takes many calls at once (an engine that batches continuously);
+    otherwise one call is in flight and it holds every episode ready when it went out (the
+    local sampler: with equal step times, its batches are the synchronous turns')."""
     instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+    if turns not in ("synchronous", "per_episode"):
+        raise ValueError(f"turns={turns!r}: expected 'synchronous' or 'per_episode'")
     eps = _start(tasks, envs, group, max_len, tok, action_tokens, instruct)
-    for turn in range(1, max((e.env.max_turns for e in eps), default=0) + 1):
-        live = [e for e in eps if not e.done]
-        if not live:
-            break
-        budget = {id(e): e.env.action_tokens(action_tokens) for e in live}
-        fits = [e for e in live if turn == 1
-                or len(e.tokens.context()) + budget[id(e)] <= max_len]
-        full = [e for e in live if e not in fits]
-        for k, b in enumerate(dict.fromkeys(budget[id(e)] for e in fits)):
-            part = [e for e in fits if budget[id(e)] == b]
-            samples, seconds = sample_fn(turn, [e.tokens.context() for e in part], part, b, k)
-            gen = seconds / max(1, len(part))
-            for e, s in zip(part, samples):
-                if e.chat:  # the tool calls are read on the worker (the kind's step)
-                    e.chat.add_assistant(s.completion_ids, s.logprobs)
-                else:
-                    e.tokens.add_policy(s.completion_ids, s.logprobs)
-                action = e.env.answer(e.state, s.text) if instruct and not e.chat else s.text
-                e.executed = action if action != s.text else None
-                e.actions.append(action)
-                e.text.append(s.text)
-                e.gen_s += gen
-        items = ([(e.env, e.state, e.actions[-1]) for e in fits]
-                 + [(e.env, e.state, None) for e in full])
-        for e, r in zip(fits + full, step_fn(turn, items)):
+    _Loop(eps, max_len, tok, action_tokens, instruct, sample_fn, step_fn,
+          turns == "synchronous", concurrent).run()
+    return eps
+
+
+class _Loop:
+    """`play`'s event loop. Every episode is in one place: `waiting` (for its next action),
+    in a sample call, `sampled` (action in hand, or None for a full context: for its step),
+    in a step call, or done. Calls run in threads, each in a copy of the caller's context
+    (a Prefect task called from one belongs to the caller's flow run)."""
+
+    def __init__(self, eps: list[Episode], max_len: int, tok, action_tokens: int,
+                 instruct: bool, sample_fn: SampleFn, step_fn: StepFn, sync: bool,
+                 concurrent: bool) -> None:
+        self.max_len, self.tok, self.action_tokens, self.instruct = max_len, tok, action_tokens, instruct
+        self.sample_fn, self.step_fn, self.sync, self.concurrent = sample_fn, step_fn, sync, concurrent
+        self.last_turn = max((e.env.max_turns for e in eps), default=0)
+        self.order = {id(e): i for i, e in enumerate(eps)}
+        self.waiting: list[Episode] = list(eps)
+        self.sampled: list[tuple[Episode, str | None]] = []
+        self.flight: dict[Future, tuple[str, int, list[Episode]]] = {}
+        self.calls: dict[int, int] = defaultdict(int)  # sample calls per turn: the next `k`
+        self.seq = 0  # calls made, to handle results in the order their calls went out
+        self.issued: dict[Future, int] = {}
+        self.ending: set[int] = set()  # episodes stepped without an action (context full)
+        cap = max(1, min(len(eps), 256))
+        self.pools = {"sample": ThreadPoolExecutor(cap, thread_name_prefix="play-sample"),
+                      "step": ThreadPoolExecutor(cap, thread_name_prefix="play-step")}
+
+    def run(self) -> None:
+        try:
+            while True:
+                self._dispatch_samples()
+                self._dispatch_steps()
+                if not self.flight:
+                    return
+                done, _ = wait(list(self.flight), return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=self.issued.__getitem__):
+                    kind, turn, part = self.flight.pop(f)
+                    del self.issued[f]
+                    if kind == "sample":
+                        self._took_actions(part, *f.result())
+                    else:
+                        self._took_steps(part, f.result())
+        except BaseException:
+            for f in self.flight:
+                f.cancel()
+            raise
+        finally:
+            for pool in self.pools.values():  # a failed call's siblings are not waited for
+                pool.shutdown(wait=False, cancel_futures=True)
+
+    def _busy(self, kind: str) -> bool:
+        return any(k == kind for k, _, _ in self.flight.values())
+
+    def _call(self, kind: str, turn: int, part: list[Episode], fn, *args) -> None:
+        f = self.pools[kind].submit(contextvars.copy_context().run, fn, *args)
+        self.flight[f], self.issued[f] = (kind, turn, part), self.seq
+        self.seq += 1
+
+    # -- the policy's side -----------------------------------------------------------------
+    def _dispatch_samples(self) -> None:
+        if self.sync and self._busy("step"):  # the barrier: this turn's steps first
+            return
+        if not self.concurrent and self._busy("sample"):
+            return
+        groups: dict[tuple[int, int], list[Episode]] = {}
+        for e in sorted(self.waiting, key=lambda e: (e.turns, self.order[id(e)])):
+            turn = e.turns + 1
+            if turn > self.last_turn:  # every kind's limit passed: it stays as it is
+                continue
+            budget = e.env.action_tokens(self.action_tokens)
+            if turn > 1 and len(e.tokens.context()) + budget > self.max_len:
+                self.sampled.append((e, None))  # no room: its step ends it as it stands
+            else:
+                groups.setdefault((turn, budget), []).append(e)
+        self.waiting = []
+        for n, ((turn, budget), part) in enumerate(groups.items()):
+            if n and not self.concurrent:  # one call at a time: the rest wait for the next
+                self.waiting += part
+                continue
+            k = self.calls[turn]
+            self.calls[turn] += 1
+            self._call("sample", turn, part, self.sample_fn, turn,
+                       [e.tokens.context() for e in part], part, budget, k)
+
+    def _took_actions(self, part: list[Episode], samples: list[Sample], seconds: float) -> None:
+        gen = seconds / max(1, len(part))
+        for e, s in zip(part, samples):
+            if e.chat:  # the tool calls are read on the worker (the kind's step)
+                e.chat.add_assistant(s.completion_ids, s.logprobs)
+            else:
+                e.tokens.add_policy(s.completion_ids, s.logprobs)
+            action = e.env.answer(e.state, s.text) if self.instruct and not e.chat else s.text
+            e.executed = action if action != s.text else None
+            e.actions.append(action)
+            e.text.append(s.text)
+            e.gen_s += gen
+            self.sampled.append((e, action))
+
+    # -- the environment's side ------------------------------------------------------------
+    def _dispatch_steps(self) -> None:
+        if not self.sampled:
+            return
+        if self.sync:  # the barrier: every live episode's action first
+            if self.waiting or self._busy("sample"):
+                return
+            whole = [self.sampled]
+        else:  # one call each, but the last turns (nothing waits on them) together
+            whole = [[x] for x in self.sampled if x[1] is not None and x[0].turns < x[0].env.max_turns]
+            rest = [x for x in self.sampled if x[1] is None or x[0].turns >= x[0].env.max_turns]
+            whole += [rest] if rest else []
+        self.sampled = []
+        for batch in whole:
+            # an action's turn is its own; an episode ended for a full context ends in the next
+            by_turn: dict[int, list[tuple[Episode, str | None]]] = {}
+            for e, a in sorted(batch, key=lambda x: (x[1] is None, self.order[id(x[0])])):
+                by_turn.setdefault(e.turns + (a is None), []).append((e, a))
+            for turn, items in by_turn.items():
+                self.ending.update(id(e) for e, a in items if a is None)
+                self._call("step", turn, [e for e, _ in items], self.step_fn, turn,
+                           [(e.env, e.state, a) for e, a in items])
+
+    def _took_steps(self, part: list[Episode], results: list[Stepped]) -> None:
+        tok = self.tok
+        for e, r in zip(part, results):
             e.state = r.state
             e.wall_s += r.seconds
             e.backend, e.image_digest = r.backend, r.image_digest
@@ -124,13 +245,16 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
                 e.observations.append(seen)
             if r.done:
                 e.final = r.info
-            elif e.chat:  # the turn's result as a tool message, in the template's own tokens
+                continue
+            if id(e) in self.ending:  # a kind that did not end it: it stays as it is
+                continue
+            if e.chat:  # the turn's result as a tool message, in the template's own tokens
                 ids = e.chat.add_messages([{"role": "tool", "content": seen}])
                 e.text.append(e.chat.r.tok.decode(ids, skip_special_tokens=False))
             else:
                 e.tokens.add_env(tok.encode(observation_text(seen), bos=False))
                 e.text.append(observation_text(seen))
-    return eps
+            self.waiting.append(e)
 
 
 def _start(tasks: list[Task], envs: list[Environment], group: int, max_len: int, tok,

@@ -30,7 +30,8 @@ from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # no
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
-from flows.sampler import close_engines, engine_metrics, policy_tokenizer, preflight
+from flows.sampler import (close_engines, engine_metrics, play_options, policy_tokenizer,
+                           preflight)
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
@@ -172,7 +173,7 @@ class _Play:
         tok = policy_tokenizer(cfg.run_dir, self.v)
         env = stages.env_of(cfg)
         return play(tasks, [env(t) for t in tasks], group, cfg.policy.max_len, tok,
-                    cfg.sampling.max_new_tokens, self.sample, self.step)
+                    cfg.sampling.max_new_tokens, self.sample, self.step, **play_options(cfg))
 
 
 def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client,

@@ -82,6 +82,17 @@ def sample(cfg: RunConfig, version: int, request: SampleRequest, progress=None) 
     return engine_for(cfg).sample(version, request, progress)
 
 
+def play_options(cfg: RunConfig) -> dict:
+    """How `flows.episodes.play` schedules the run's turns (`sampling.turns`): `auto` is
+    per_episode for an engine and synchronous for the local sampler, whose batches would
+    otherwise depend on when steps return (and its seeded samples with them). An engine takes
+    concurrent calls and batches them itself; the local sampler takes one at a time."""
+    s = cfg.sampling
+    turns = s.turns if s.turns != "auto" else (
+        "synchronous" if s.engine == "local" else "per_episode")
+    return {"turns": turns, "concurrent": s.engine != "local"}
+
+
 def grouped(request: SampleRequest) -> list[tuple[list[int], SampleRequest]]:
     """A request of n=1 prompts split so that equal prompts go together as one prompt with
     n = their count (the engine prefills a group's prompt once): [(positions, request)], where
@@ -228,18 +239,21 @@ class RunEngine:
 
     def sample(self, version: int, request: SampleRequest, progress=None) -> list[Completion]:
         for attempt in range(ENGINE_RESTARTS + 1):
+            s = None
             try:
                 with self._sync_lock:
                     self.sync(version)
                     _arm_fault(self.server, version)
-                sampler = VLLMSampler(self.server, self.banned, model_name=self.adapter)
+                    # the server this call talks to: another caller may replace it meanwhile
+                    s, adapter = self.server, self.adapter
+                sampler = VLLMSampler(s, self.banned, model_name=adapter)
                 return _scatter(request, [(pos, sampler.sample(req, progress))
                                           for pos, req in grouped(request)])
             except EngineError:
-                s = self.server
                 if s is None or not s.managed or s.alive() or attempt == ENGINE_RESTARTS:
                     raise
-                # the next sync finds it dead and starts a new one; the request is sampled again
+                # the next sync finds it dead (or another caller has replaced it already) and
+                # the request is sampled again
         raise AssertionError("unreachable")
 
     def take_metrics(self) -> dict:

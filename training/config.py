@@ -80,6 +80,14 @@ class SamplingConfig(BaseModel):
         "second, no restart, but vLLM's CPU build decodes through an adapter 3.3x slower: 54.5 "
         "against 181.6 tokens/s, bench/bench_engine.py). None: `merged` for a server rollforge "
         "runs, `adapter` for one at engine_url (which it cannot restart)")
+    turns: Literal["auto", "per_episode", "synchronous"] = Field(
+        "auto", description="how multi-turn episodes take turns (flows/episodes.py `play`): "
+        "`per_episode`, each episode's next action is requested as soon as its own step "
+        "returned (a slow step holds up its episode only; every request ready at once goes out "
+        "together); `synchronous`, every live episode samples, then every one steps, turn by "
+        "turn. `auto`: per_episode for an engine, synchronous for the local sampler, whose "
+        "seeded batches would otherwise depend on when steps return. Single-turn kinds are the "
+        "same under both")
     engine_kv_cache_gib: int = Field(4, ge=1, description="the managed server's KV-cache memory, GiB")
     engine_max_num_seqs: int = Field(64, ge=1, description="sequences the managed server decodes "
                                      "together (continuous batching)")
