@@ -13,7 +13,6 @@ docs/environments.md, "verifiers".
 from __future__ import annotations
 
 import functools
-import json
 from typing import Any, Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
