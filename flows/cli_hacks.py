@@ -23,6 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("--tasks", type=int, default=2, help="tasks per kind (spread over its list)")
     p.add_argument("--attack", action="append", default=[], help="only this attack (repeatable)")
     p.add_argument("--backend", default=None, help="sandbox backend (default: process)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="attacks graded at once, each in its own sandbox run (default: 1)")
     p.add_argument("--json", action="store_true", help="one JSON object per attack and task")
     p.set_defaults(func=_hacks)
 
@@ -50,6 +52,8 @@ def _hacks(args) -> int:
         raise UsageError("--options and --file need exactly one KIND")
     if args.tasks < 1:
         raise UsageError(f"--tasks must be at least 1 (got {args.tasks})")
+    if args.workers < 1:
+        raise UsageError(f"--workers must be at least 1 (got {args.workers})")
     try:
         options = json.loads(args.options) if args.options else {}
     except json.JSONDecodeError as exc:
@@ -67,7 +71,7 @@ def _hacks(args) -> int:
         sandbox = make_sandbox(cfg)
         try:
             ctx = StepContext(sandbox, cfg.limits(), RewardConfig())
-            got = run_suite(env, _spread(tasks, args.tasks), ctx, args.attack)
+            got = run_suite(env, _spread(tasks, args.tasks), ctx, args.attack, args.workers)
         finally:
             sandbox.close()
         results += got

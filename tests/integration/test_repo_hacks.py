@@ -83,7 +83,7 @@ def test_every_attack_of_the_suite_gets_no_credit_and_a_flag(task, ctx):
     from envs.hacks import run_suite, summary
 
     env = make_env("repo", {"repos": ["inflection"], "max_turns": 2})
-    results = run_suite(env, [task], ctx)
+    results = run_suite(env, [task], ctx, workers=2)  # both cores: the suite's slowest test
     bad = [(r.attack, r.reward, r.solved, r.flags) for r in results if not r.refused]
     assert not bad
     s = summary(results)["repo"]
