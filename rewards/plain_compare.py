@@ -24,12 +24,13 @@ CHECKER = "__rollforge_plain__"
 # A module imported again after the collection (pickle looking up a test's function) is not
 # the one whose tests are graded: it gets no checker, and checks nothing.
 PRELUDE = (f"try:\n    from _rollforge_plain import check as {CHECKER}\n"
-           f"except ImportError:\n    {CHECKER} = lambda v: v\n")
+           f"except ImportError:\n    {CHECKER} = lambda v, k=0: v\n")
 _VALUE_OPS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
 
 
-def _call(node: ast.expr) -> ast.expr:
-    return ast.Call(ast.Name(CHECKER, ast.Load()), [node], [])
+def _call(node: ast.expr, pair: int = 0) -> ast.expr:
+    args = [node, ast.Constant(pair)] if pair else [node]
+    return ast.Call(ast.Name(CHECKER, ast.Load()), args, [])
 
 
 def _is_approx(node: ast.expr) -> bool:
@@ -39,18 +40,30 @@ def _is_approx(node: ast.expr) -> bool:
 
 
 class _Rewrite(ast.NodeTransformer):
-    def _operand(self, node: ast.expr) -> ast.expr:
+    """Each operand through the checker. The two operands of a lone `==` or `!=` carry a pair
+    id (k on the left, -k on the right, k unique in the module): the checker sees both sides of
+    that comparison, in order, and can test the one that is not plain data against the other
+    (envs/testfile/plugin/values.py: values next to the test's own constant)."""
+
+    def __init__(self) -> None:
+        self.pairs = 0
+
+    def _operand(self, node: ast.expr, pair: int = 0) -> ast.expr:
         if _is_approx(node) and node.args:
             node.args[0] = _call(node.args[0])
             return node
-        return _call(node)
+        return _call(node, pair)
 
     def visit_Compare(self, node: ast.Compare) -> ast.expr:
         self.generic_visit(node)
         if not any(isinstance(op, _VALUE_OPS) for op in node.ops):
             return node
-        node.left = self._operand(node.left)
-        node.comparators = [self._operand(c) for c in node.comparators]
+        pair = 0
+        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            self.pairs += 1
+            pair = self.pairs
+        node.left = self._operand(node.left, pair)
+        node.comparators = [self._operand(c, -pair) for c in node.comparators]
         return node
 
     def _truth(self, node: ast.expr) -> ast.expr:

@@ -178,10 +178,70 @@ def wrong_truthy():
 
 def wrong_raising():
     return _RaisesFirst(3)
+
+
+class Caseless:
+    """An honest string type that compares without case (as a header name does)."""
+    def __init__(self, s):
+        self.s = s
+
+    def __eq__(self, other):
+        return isinstance(other, (str, Caseless)) and str(self).lower() == str(other).lower()
+
+    def __str__(self):
+        return self.s if isinstance(self, Caseless) else self
+
+    __hash__ = None
+
+
+class Tolerant:
+    """An honest number equal to another within a relative 1e-6."""
+    def __init__(self, x):
+        self.x = x
+
+    def __eq__(self, other):
+        return isinstance(other, (int, float)) and abs(self.x - other) <= 1e-6 * max(1, abs(other))
+
+    __hash__ = None
+
+
+def caseless(s):
+    return Caseless(s)
+
+
+def tolerant(x):
+    return Tolerant(x)
+
+
+class _Window:
+    """Says yes to what a test's constants look like, which the probe never draws."""
+    def __init__(self, yes):
+        self.yes = yes
+
+    def __eq__(self, other):
+        return self.yes(other)
+
+    def __ne__(self, other):
+        return not self.yes(other)
+
+    __hash__ = None
+
+
+def window_str():
+    return _Window(lambda o: isinstance(o, str) and 3 <= len(o) <= 15)
+
+
+def window_int():
+    return _Window(lambda o: type(o) is int and 1100 <= abs(o) < 1 << 40)
+
+
+def window_list():
+    return _Window(lambda o: isinstance(o, list) and len(o) == 3)
 '''
 
 HONEST_TESTS = '''
 import fractions
+import unittest
 
 import pkg
 
@@ -205,6 +265,20 @@ def test_fraction():
 
 def test_refuser():
     assert pkg.refuser(3) == pkg.refuser(3)
+
+
+def test_lenient_equalities_next_to_the_constant():
+    assert pkg.caseless("Content-Type") == "content-type"
+    assert "ETag" == pkg.caseless("etag")
+    assert pkg.tolerant(0.1 + 0.2) == 0.3
+    assert pkg.tolerant(12345) == 12345
+    assert pkg.caseless("x") != "y"
+
+
+class TestCaseStyle(unittest.TestCase):
+    def test_assert_equal(self):
+        self.assertEqual(pkg.caseless("Accept"), "accept")
+        self.assertEqual(0.5, pkg.tolerant(0.5))
 
 
 def test_probe_count_varies():
@@ -248,6 +322,30 @@ def test_wrong_raising():
 '''
 
 
+WINDOW_TESTS = '''
+import unittest
+
+import pkg
+
+
+def test_window_str():
+    assert pkg.window_str() == "inflection"
+
+
+def test_window_int():
+    assert 123456 == pkg.window_int()
+
+
+def test_window_list():
+    assert pkg.window_list() == [1, 2, 3]
+
+
+class TestWindow(unittest.TestCase):
+    def test_assert_equal(self):
+        self.assertEqual(pkg.window_str(), "camelCase")
+'''
+
+
 @pytest.fixture(scope="module")
 def sandbox():
     sb = make_sandbox(SandboxConfig(site_packages=True))  # pytest, as the repo layer has it
@@ -273,4 +371,13 @@ def test_type_aware_and_call_counting_liars_fail_and_are_flagged(sandbox):
     assert {k.rsplit("::", 1)[-1][5:] for k in run.outcomes} == set(LIARS)
     assert set(run.outcomes.values()) == {"failed"}, run.outcomes
     assert all("plain values only" in m for m in run.messages.values()), run.messages
+    assert "non_plain_result" in run.flags
+
+
+def test_liars_tuned_to_the_tests_constants_fail_on_the_values_next_to_them(sandbox):
+    run = _run(sandbox, WINDOW_TESTS)
+    assert run.infra is None, run.infra
+    assert len(run.outcomes) == 4 and set(run.outcomes.values()) == {"failed"}, run.outcomes
+    assert all("equals values next to" in m for m in run.messages.values()), \
+        run.messages
     assert "non_plain_result" in run.flags

@@ -18,8 +18,8 @@ the checks read.
 GLOBALS = r'''
 # The entry points' templates: each calls its `_f` (set by `seal` in `_install`) and reads no
 # other name, so nothing the tested code can rebind decides what it does.
-def __rollforge_plain__(v, *, _f=None):
-    return _f(v)
+def __rollforge_plain__(v, k=0, *, _f=None):
+    return _f(v, k)
 
 
 def _rollforge_alarm(signum, frame, *, _f=None):
@@ -30,7 +30,9 @@ def _rollforge_start_thread(function, args, kwargs=None, *, _f=None):
     return _f(function, args, kwargs)
 
 
-def _rollforge_assertion(self, *args, _f=None, _n=0, _c=None, **kw):
+def _rollforge_assertion(self, *args, _f=None, _n=0, _c=None, _k=0, **kw):
+    if _k and args[1:2]:  # an equality assertion's two operands, checked as a pair
+        return _f(self, _c(args[0], _k), _c(args[1], -_k), *args[2:], **kw)
     return _f(self, *[_c(a) for a in args[:_n]], *args[_n:], **kw)
 
 

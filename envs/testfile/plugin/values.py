@@ -7,7 +7,8 @@ repo kind, whose tests compare the repository's own objects) an object passes to
 to equal none of a set of probes drawn as the test runs (a stranger, and random plain values of
 each family: ints, floats, strings, bytes, lists, tuples, dicts, sets) beyond what an honest
 value can (one of two different small ones), and unittest's assertion methods check their
-operands."""
+operands. A value compared with a plain one (`a == b`, an equality assertion) that is not plain
+data itself must also say no to values next to the plain one."""
 
 GLOBALS = r'''
 _CHECKER_MODULE = "_rollforge_plain"  # what the rewritten tests import the checker from
@@ -169,12 +170,105 @@ BODY = r'''
         # lying to every test (one that refuses to compare decides nothing)
         return tests_own(type_(v)) or not lies(v)
 
-    def checked(v):
-        if plain(v, set(), [100_000]) or (mode == "probe" and honest(v)):
-            return v
-        flag("non_plain_result")
-        raise NotPlain("rollforge: the tests compare plain values only; got a %s"
-                       % type_(v).__name__)
+    # -- pairs: a value compared with a plain one also meets that one's neighbours ------------
+    # A liar tuned to what a test's constants look like (yes to any str of their lengths, to
+    # any int of their size) says no to every probe above and yes to the test's own constant.
+    # Where the rewritten test compares two operands (`a == b`, `a != b`, an equality
+    # assertion), the checker sees both, in order (a pair id: k on the left, -k on the right):
+    # a value that is not plain data must then also say no to values next to the plain operand
+    # (a character, a digit, an element changed, one added), which no value equal to it equals.
+    pending = []  # [(pair id, thread, value, is plain)]: left operands awaiting their right
+    ident = _thread.get_ident
+    inf = float("inf")
+
+    def other_letter(c):
+        low = c.lower()
+        while True:
+            x = letters[below(26)]
+            if x != low:
+                return x
+
+    def near(e, depth=0):
+        """Plain values that differ from plain `e` by a little (a case-blind or a tolerant
+        equality still tells them apart)."""
+        t = base_of(type_(e))
+        if t is bool:
+            return [not e]
+        if t is int:
+            d = 1 + below(1000)
+            return [e + d, e - d]
+        if t is float:
+            if e != e or e == inf or e == -inf:
+                return []
+            r = (abs(e) + 1.0) * (0.1 + below(900) / 1000)  # 10% to 100% away
+            return [e + r, e - r]
+        if t is str or t is bytes:
+            text = e if t is str else e.decode("latin-1")
+            out = [text + letters[below(26)]]
+            if text:
+                i = below(len(text))
+                out.append(text[:i] + other_letter(text[i]) + text[i + 1:])
+            return out if t is str else [x.encode("latin-1") for x in out]
+        if t is list or t is tuple:
+            items = list(e)
+            out = [items + [scalar(int, True)]]
+            if items and depth < 3:
+                i = below(len(items))
+                changed = near(items[i], depth + 1)
+                if changed:
+                    out.append(items[:i] + [changed[0]] + items[i + 1:])
+            return [t(x) for x in out]
+        if t is dict:
+            out = [dict(e)]
+            out[0][scalar(str, True)] = 0
+            if e and depth < 3:
+                k = list(e)[below(len(e))]
+                changed = near(e[k], depth + 1)
+                if changed:
+                    out.append(dict(e))
+                    out[1][k] = changed[0]
+            return out
+        if t is set or t is frozenset:
+            return [t(set(e) | {scalar(str, True)})]
+        return []  # None, complex, numpy scalars: left to the probe
+
+    def lies_near(v, e):
+        for n in near(e):
+            if claims(v, n):
+                return True
+        return False
+
+    def pair(v, is_plain, k):
+        me = ident()
+        if k > 0:
+            if len(pending) > 64:  # left operands whose right side raised: never paired
+                del pending[:32]
+            pending.append((k, me, v, is_plain))
+            return
+        for i in range(len(pending) - 1, -1, -1):  # the innermost open comparison first
+            if pending[i][0] == -k and pending[i][1] == me:
+                u, u_plain = pending[i][2], pending[i][3]
+                del pending[i:]
+                break
+        else:
+            return
+        if is_plain == u_plain:
+            return  # plain against plain decides nothing; two of the package's own: no constant
+        liar, const = (u, v) if is_plain else (v, u)
+        if not tests_own(type_(liar)) and lies_near(liar, const):
+            flag("non_plain_result")
+            raise NotPlain("rollforge: a %s that equals values next to the one the test "
+                           "expects" % type_(liar).__name__)
+
+    def checked(v, k=0):
+        is_plain = plain(v, set(), [100_000])
+        if not (is_plain or (mode == "probe" and honest(v))):
+            flag("non_plain_result")
+            raise NotPlain("rollforge: the tests compare plain values only; got a %s"
+                           % type_(v).__name__)
+        if k and mode == "probe":
+            pair(v, is_plain, k)
+        return v
 
     checked = seal(__rollforge_plain__, checked)  # what the tests and the checks call
 
@@ -183,15 +277,17 @@ BODY = r'''
         # (before the snapshot, so the wrapped methods are what must still be there after)
         import unittest.case as _uc
 
-        def guard(name, n):
+        def guard(name, n, k):
             setattr(_uc.TestCase, name, seal(_rollforge_assertion, getattr(_uc.TestCase, name),
-                                             fresh=True, _n=n, _c=checked))
+                                             fresh=True, _n=n, _c=checked, _k=k))
 
-        for name, n in (("assertEqual", 2), ("assertNotEqual", 2), ("assertTrue", 1),
-                        ("assertFalse", 1), ("assertIn", 2), ("assertNotIn", 2),
-                        ("assertListEqual", 2), ("assertTupleEqual", 2), ("assertSetEqual", 2),
-                        ("assertDictEqual", 2), ("assertSequenceEqual", 2),
-                        ("assertCountEqual", 2), ("assertGreater", 2), ("assertLess", 2),
-                        ("assertGreaterEqual", 2), ("assertLessEqual", 2)):
-            guard(name, n)
+        # the equality assertions check their operands as a pair (k: a pair id of their own)
+        for k, (name, n, eq) in enumerate((
+                ("assertEqual", 2, 1), ("assertNotEqual", 2, 1), ("assertTrue", 1, 0),
+                ("assertFalse", 1, 0), ("assertIn", 2, 0), ("assertNotIn", 2, 0),
+                ("assertListEqual", 2, 1), ("assertTupleEqual", 2, 1), ("assertSetEqual", 2, 1),
+                ("assertDictEqual", 2, 1), ("assertSequenceEqual", 2, 1),
+                ("assertCountEqual", 2, 1), ("assertGreater", 2, 0), ("assertLess", 2, 0),
+                ("assertGreaterEqual", 2, 0), ("assertLessEqual", 2, 0))):
+            guard(name, n, eq * ((1 << 40) + k))
 '''
