@@ -18,6 +18,8 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import math
+import threading
+import time
 from collections import defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -111,6 +113,29 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
     _Loop(eps, max_len, tok, action_tokens, instruct, sample_fn, step_fn,
           turns == "synchronous", concurrent).run()
     return eps
+
+
+class BusyClock:
+    """Seconds during which at least one of some calls was running: `with clock:` around each.
+    Calls that overlap (`play`'s per-episode turns) count once, so the figure stays a share of
+    the wall time."""
+
+    def __init__(self) -> None:
+        self.seconds, self._running, self._since = 0.0, 0, 0.0
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "BusyClock":
+        with self._lock:
+            if not self._running:
+                self._since = time.perf_counter()
+            self._running += 1
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with self._lock:
+            self._running -= 1
+            if not self._running:
+                self.seconds += time.perf_counter() - self._since
 
 
 class _Loop:

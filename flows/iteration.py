@@ -23,7 +23,7 @@ from flows import stages
 from flows.artifacts import publish_evaluation, publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped, step_deadline_s
-from flows.episodes import Episode, episode_metrics, heldout_metrics, play
+from flows.episodes import BusyClock, Episode, episode_metrics, heldout_metrics, play
 from flows.parameters import config_dict, whole_config
 # the stages, also reached as flows.iteration.<stage> (benches, tests)
 from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # noqa: F401
@@ -130,17 +130,24 @@ class _Play:
         self.opts, self.client = opts, client
         self.queue: list[dict] = []
         self.stepped: list[Stepped] = []  # steps executed in this stage (not cache hits)
-        self.times = {"sample": 0.0, "run_rollouts": 0.0}
+        # busy seconds of each stage: per-episode turns overlap their calls
+        self.clocks = {"sample": BusyClock(), "run_rollouts": BusyClock()}
+
+    @property
+    def times(self) -> dict[str, float]:
+        return {name: clock.seconds for name, clock in self.clocks.items()}
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
-        t = time.perf_counter()
-        out, seconds = sample_completions.with_options(**self.opts)(*bulky(
-            (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens, self.greedy)))
-        self.times["sample"] += time.perf_counter() - t
-        return out, seconds
+        with self.clocks["sample"]:
+            return sample_completions.with_options(**self.opts)(*bulky(
+                (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens,
+                 self.greedy)))
 
     def step(self, turn, items):
-        t = time.perf_counter()
+        with self.clocks["run_rollouts"]:
+            return self._step(turn, items)
+
+    def _step(self, turn, items):
         cfg, size = self.cfg, self.cfg.cluster.shard_size
         runner = run_rollouts.with_options(**self.opts)
         threads = total_threads(self.client)
@@ -165,7 +172,6 @@ class _Play:
             out += f.result()
             if f.state.name != "Cached":  # a shard from the cache took no sandbox time now
                 self.stepped += f.result()
-        self.times["run_rollouts"] += time.perf_counter() - t
         return out
 
     def play(self, tasks: list[Task], group: int) -> list[Episode]:

@@ -192,3 +192,22 @@ def test_a_failing_step_fails_play():
     with pytest.raises(ValueError, match="turns='batched'"):
         play(_tasks(1), [Countdown()], 1, 4096, TOK, 16, Recorder().sample_fn, step_fn,
              turns="batched")
+
+
+def test_the_busy_clock_counts_overlapping_calls_once(monkeypatch):
+    import flows.episodes as episodes
+
+    now = [0.0]
+    monkeypatch.setattr(episodes.time, "perf_counter", lambda: now[0])
+    clock = episodes.BusyClock()
+    clock.__enter__()      # t=0: one call
+    now[0] = 2.0
+    clock.__enter__()      # t=2: a second, overlapping
+    now[0] = 3.0
+    clock.__exit__(None, None, None)
+    now[0] = 5.0
+    clock.__exit__(None, None, None)   # busy 0..5
+    now[0] = 9.0
+    with clock:            # 9..10
+        now[0] = 10.0
+    assert clock.seconds == 6.0
