@@ -40,6 +40,10 @@ class VerifiersOptions(BaseModel):
         "eval_dataset", description="eval_dataset: the environment's evaluation rows are held "
         "out (a hash of the prompt splits one that has none); hash: a hash of the prompt always")
     heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share held out by the hash")
+    reference: Literal["answer", "none"] = Field(
+        "answer", description="answer: the row's answer, as the environment's parser formats "
+        "it, is the task's reference (the warm start's target, the task check's solution); "
+        "none: the row's answer is no answer (verifiers' ReasoningGymEnv keeps an index there)")
 
 
 class VerifiersPayload(BaseModel):
@@ -93,7 +97,8 @@ def _generate(options_json: str) -> tuple[Task, ...]:
         tasks.append(Task(
             task_id=f"verifiers/{c.env_id}/{r['split']}/{digest[:12]}", suite="verifiers",
             family=c.env_id, difficulty=0, split="heldout" if held else "train", prompt=text,
-            kind="verifiers", reference=str(answer) if answer not in (None, "") else None,
+            kind="verifiers", reference=str(answer) if answer not in (None, "")
+            and c.reference == "answer" else None,
             payload={"env_id": c.env_id, "env_args": c.env_args, "split": r["split"],
                      "index": r["index"], "prompt_sha": digest,
                      "messages": prompt if isinstance(prompt, list) else []}))

@@ -102,3 +102,23 @@ def test_the_suite_played_as_episodes_through_step_credits_nothing(env, tasks):
     finally:
         sbx.close()
     assert results and not [r for r in results if not r.refused]
+
+
+@pytest.mark.slow
+def test_verifiers_own_reasoning_gym_environment_grades_right_and_wrong_answers():
+    """A real environment that builds offline: verifiers' `ReasoningGymEnv` (its rubric calls
+    reasoning-gym's `score_answer`), exposed by id (envs/verifiers/example_env/vf_rollforge_rg).
+    Its rows' `answer` is an index, so it runs with `reference: none`."""
+    env = make_env("verifiers", {"env_id": "vf-rollforge-rg", "reference": "none", "env_args": {
+        "gym": "basic_arithmetic", "num_train_examples": 3, "num_eval_examples": 1}})
+    tasks = env.generate()
+    assert [t.split for t in tasks] == ["train"] * 3 + ["heldout"]
+    assert all(t.reference is None for t in tasks)
+    t = tasks[0]
+    # the question is arithmetic reasoning-gym wrote: evaluated here only to know the answer
+    value = eval(t.prompt.split("Calculate")[-1].strip().rstrip("."), {"__builtins__": {}})
+    right = str(int(value)) if float(value).is_integer() else str(value)
+    reports = env.verify_batch([(t, f"<answer>{right}</answer>"),
+                                (t, f"<answer>{right}1</answer>")], None, LIMITS, 5.0)
+    assert [r.score for r in reports] == [1.0, 0.0]
+    assert reports[0].test_names == ("check_answer_reward_func",)
