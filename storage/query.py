@@ -1,9 +1,10 @@
-"""DuckDB over a store: `trajectories`, `runs`, `metrics` and `checkpoints` views.
+"""DuckDB over a store: `trajectories`, `evaluations`, `runs`, `metrics` and `checkpoints` views.
 
 `trajectories` reads exactly the live Parquet files of every run (never a temporary or a
 superseded file), with `iteration` from the hive folder name, columns that older files lack
 filled with NULL (`solved`, from the row's facts), and the columns in TRAJECTORY_SCHEMA order. The registry views are built
-from the small JSON files of each run.
+from the small JSON files of each run. `evaluations` reads the chunk files of every
+`rollforge eval --model` in the store (storage/evaluations.py), in EVALUATION_SCHEMA's columns.
 """
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ import pandas as pd
 import pyarrow as pa
 
 from rewards.outcome import SOLVED_SQL
-from storage import registry, trajectories
+from storage import evaluations, registry, trajectories
 from storage.fs import Location, locate
 from storage.schema import TRAJECTORY_SCHEMA
 
-VIEWS = ("trajectories", "runs", "metrics", "checkpoints")
+VIEWS = ("trajectories", "evaluations", "runs", "metrics", "checkpoints")
 
 
 @dataclass
@@ -68,6 +69,16 @@ def _trajectories_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
     # Columns written by a newer schema than this reader knows are kept, after the known ones.
     extra = sorted(present - set(TRAJECTORY_SCHEMA.names))
     return f"SELECT {', '.join(cols + [_quote(c) for c in extra])} FROM {source}"
+
+
+def _evaluations_sql(files: list[str]) -> str:
+    fields = list(evaluations.EVALUATION_SCHEMA)
+    if not files:
+        cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields)
+        return f"SELECT {cols} WHERE false"
+    cols = ", ".join(_quote(f.name) for f in fields)
+    return (f"SELECT {cols} FROM read_parquet([{', '.join(_sql_str(f) for f in files)}], "
+            "union_by_name=true)")
 
 
 def _registry_frames(runs: list[str]) -> dict[str, pd.DataFrame]:
@@ -146,6 +157,8 @@ def _connect(root: Location, store: str) -> tuple[duckdb.DuckDBPyConnection, Sto
         summary.notes.append(f"the store {root.uri!r} has no trajectory files yet; "
                              "the trajectories view is empty")
     con.execute(f"CREATE VIEW trajectories AS {_trajectories_sql(con, files)}")
+    con.execute("CREATE VIEW evaluations AS "
+                + _evaluations_sql([_file_ref(root, f) for f in evaluations.live_files(store)]))
     for name, frame in _registry_frames(runs).items():
         con.register(f"_{name}_frame", frame)
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_frame")
