@@ -1,4 +1,6 @@
 import os
+import sys
+from pathlib import Path
 
 # Before anything imports Prefect or DeepSpeed: nothing phones home, CPU DeepSpeed, offline HF.
 from flows.env import apply_defaults
@@ -9,6 +11,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import pytest  # noqa: E402
 
 SLOW_ENV = "ROLLFORGE_SLOW_TESTS"
+SHARED_PREFECT_ENV = "ROLLFORGE_TEST_PREFECT_SERVER"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -20,3 +23,30 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_prefect_server(tmp_path_factory):
+    """With ROLLFORGE_TEST_PREFECT_SERVER=1 (`make test` sets it): one real Prefect server for
+    the session (`rollforge server`, loopback), which every flow the tests run talks to through
+    PREFECT_API_URL, as an operator's runs talk to theirs, instead of each run starting a
+    temporary API of its own (7-10 s a run, about 40 runs). The tests of the temporary API's
+    own path (a clean stop, a killed run, the default loop) take PREFECT_API_URL out of their
+    runs' environment (tests/integration/prefect_server.py `own_api`); a test that needs a
+    server of its own starts one."""
+    if not os.environ.get(SHARED_PREFECT_ENV) or os.environ.get("PREFECT_API_URL"):
+        yield None
+        return
+    sys.path.insert(0, str(Path(__file__).parent / "integration"))
+    from prefect_server import prefect_server  # noqa: PLC0415
+
+    with prefect_server(tmp_path_factory.mktemp("shared-prefect")) as (base, _env):
+        from prefect.context import refresh_global_settings_context  # noqa: PLC0415
+
+        os.environ["PREFECT_API_URL"] = base
+        refresh_global_settings_context()
+        try:
+            yield base
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+            refresh_global_settings_context()

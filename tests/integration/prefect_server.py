@@ -21,6 +21,13 @@ ROLLFORGE = [sys.executable, "-m", "flows.cli"]
 FINAL_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
 
 
+def own_api(env: dict[str, str]) -> dict[str, str]:
+    """`env` without a configured Prefect API: a run started with it starts its temporary API
+    itself (flows/stop.py), the path a run on a laptop takes (tests/conftest.py may have
+    pointed the session's runs at a shared server)."""
+    return {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+
+
 def api(base: str, method: str, path: str, body=None, attempts: int = 8):
     """One REST call. A 503 is the server's "retry me" answer (Prefect maps SQLite's
     SQLITE_BUSY to it, common on a loaded 2-core machine); Prefect's own client retries it

@@ -12,6 +12,7 @@ import pytest
 from stop_at_stage import stop_when_stage_starts
 
 from flows.env import standalone_env
+from prefect_server import own_api
 from storage.registry import finished_iterations
 from storage.trajectories import read_trajectories
 
@@ -32,7 +33,7 @@ def _cmd(out: Path) -> list[str]:
 def test_signalled_run_stops_clean_and_resumes(tmp_path, stage, iteration, sig):
     out = tmp_path / "runs"
     run_dir = out / "tiny"
-    env = {**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env = own_api({**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")})
     log = tmp_path / "first.log"
     stop = stop_when_stage_starts(_cmd(out), env, log, run_dir, stage, iteration, 300, EXIT_S,
                                   sig=sig)

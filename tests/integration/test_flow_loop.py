@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from flows.env import standalone_env
+from prefect_server import own_api
 from storage.registry import finished_iterations, read_metrics
 from storage.trajectories import read_trajectories
 
@@ -23,7 +24,7 @@ def _run(out_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*ROLLFORGE, "run", "--config", str(ROOT / "configs/tiny.yaml"),
          "--set", f"out_dir={out_dir}", *extra],
-        cwd=ROOT, capture_output=True, text=True, timeout=900, env=standalone_env())
+        cwd=ROOT, capture_output=True, text=True, timeout=900, env=own_api(standalone_env()))
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import pytest
 from kill_at_stage import kill_when_stage_starts
 
 from flows.env import standalone_env
+from prefect_server import own_api
 from flows.stages import read_journal
 from storage.registry import finished_iterations
 from storage.trajectories import read_trajectories
@@ -34,7 +35,7 @@ def _where(rec: dict) -> tuple:
 def test_killed_run_resumes_without_repeating_finished_stages(tmp_path):
     out = tmp_path / "runs"
     run_dir = out / "tiny"
-    env = {**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env = own_api({**standalone_env(), "PREFECT_HOME": str(tmp_path / "prefect-home")})
     first = kill_when_stage_starts(_cmd(out), env, tmp_path / "first.log", run_dir,
                                    "update_policy", 0, 240)
     assert first.returncode == -signal.SIGKILL
