@@ -9,6 +9,9 @@ import sys
 
 
 def run_model_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
+    from flows.env import apply_defaults
+
+    apply_defaults()  # before Prefect is first imported (by flows.eval_model): it reads them once
     from engine.vllm_server import EngineError
     from flows.cli import UsageError
     from flows.eval_model import EvalInputError, plan
@@ -27,9 +30,6 @@ def run_model_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
         print(f"evaluation {p.eval_id}: {p.ref.label} (v{p.ref.version}) on "
               f"{p.spec['tasks']} {args.split} tasks in {len(p.chunks)} chunks, 1 greedy + "
               f"{p.n} sampled a task, seed {p.cfg.seed}")
-    from flows.env import apply_defaults
-
-    apply_defaults()
     from flows.stop import Stopped, prefect_api, stop_on_signals
 
     try:
