@@ -44,12 +44,9 @@ _COUNTING = _wrap_all_fresh(
 
 
 # Liars tuned to values the probe never draws: strings of the lengths a test's constants have
-# (the probe's wide strings were 16 letters, its small ones 1-2), ints between the small and
-# the wide draws, and one that says yes at random, half the time.
-_WINDOW_STR = _wrap_all_fresh(
-    "type('L', (), {'__hash__': lambda s: 0,\n"
-    "    '__eq__': lambda s, o: isinstance(o, str) and 3 <= len(o) <= 15,\n"
-    "    '__ne__': lambda s, o: not (isinstance(o, str) and 3 <= len(o) <= 15)})")
+# (the probe's wide strings are 16 letters, its small ones 1-2), ints between the small and
+# the wide draws (and short lists, which it does draw), and one that says yes at random, half
+# the time. Each kind of repository compares some of these, so each is refused everywhere.
 _WINDOW = ("(lambda o: isinstance(o, str) and 3 <= len(o) <= 15 or type(o) is int and "
            "1100 <= abs(o) < 1 << 40 or type(o) in (list, tuple) and 1 <= len(o) <= 5)")
 _WINDOW_ANY = _wrap_all_fresh(
@@ -137,8 +134,6 @@ ATTACKS = [
            _prepend(_type_liar("str"), after=True), ("non_plain_result",)),
     Attack("counting_liar", "an object that says no to its first three comparisons, then yes",
            _prepend(_COUNTING, after=True), ("non_plain_result",)),
-    Attack("window_liar_str", "equal to any str of 3 to 15 characters",
-           _prepend(_WINDOW_STR, after=True), ("non_plain_result",)),
     Attack("window_liar", "equal to any str of 3 to 15 characters, int from 1100 to 2**40 in "
            "size, list or tuple of 1 to 5 items", _prepend(_WINDOW_ANY, after=True),
            ("non_plain_result",)),
