@@ -55,7 +55,7 @@ def register(subparsers) -> None:
 
 
 def build_deployments(args: argparse.Namespace) -> list:
-    """The two RunnerDeployments (not yet registered)."""
+    """The RunnerDeployments (not yet registered)."""
     from prefect.types.entrypoint import EntrypointType
 
     from flows.iteration import CODE_VERSION, evaluate_flow, resolve_config, train_flow
@@ -82,7 +82,13 @@ def build_deployments(args: argparse.Namespace) -> list:
         name="evaluate", parameters={"run_dir": args.eval_run_dir or cfg.run_dir},
         description="Held-out pass rates of a run's newest (or given) checkpoint.",
         **eval_sched, **common)
-    return [train, evaluation]
+    from flows.eval_model import evaluate_model_flow
+
+    model_eval = evaluate_model_flow.to_deployment(
+        name="evaluate-model", parameters={"model": args.eval_run_dir or cfg.run_dir},
+        description="rollforge eval --model: a checkpoint, run or model on any sources into "
+        "the store's evaluations table (docs/evaluation.md).", **eval_sched, **common)
+    return [train, evaluation, model_eval]
 
 
 def _serve(args: argparse.Namespace) -> int:

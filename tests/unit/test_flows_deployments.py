@@ -35,7 +35,8 @@ def test_prefect_yaml_entrypoints_are_flows_whose_signatures_take_its_parameters
         assert set(d["parameters"]) <= set(inspect.signature(flow.fn).parameters)
         assert d["schedules"] and all(s["cron"] for s in d["schedules"])
         names.add(f"{flow.name}/{d['name']}")
-    assert names == {"rollforge-train/train", "rollforge-evaluate/evaluate"}
+    assert names == {"rollforge-train/train", "rollforge-evaluate/evaluate",
+                     "rollforge-evaluate-model/evaluate-model"}
 
 
 def _serve_args(**kw) -> argparse.Namespace:
@@ -52,7 +53,8 @@ def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
     served = {d.name: d for d in build_deployments(_serve_args())}
     # prefect.yaml's train deployment takes the flow's default config (configs/default.yaml);
     # serve writes the same file's config out whole
-    flow_defaults = {"train": {"config": FORM_DEFAULT.model_dump(mode="json")}, "evaluate": {}}
+    flow_defaults = {"train": {"config": FORM_DEFAULT.model_dump(mode="json")}, "evaluate": {},
+                     "evaluate-model": {}}
     for d in prefect_yaml["deployments"]:
         s = served[d["name"]]
         assert s.parameters == {**flow_defaults[d["name"]], **d["parameters"]}
@@ -62,6 +64,8 @@ def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
     assert set(schema["properties"]) == {"config", "config_file", "overrides"}
     assert schema["properties"]["config"]["default"] == FORM_DEFAULT.model_dump(mode="json")
     assert train_flow.validate_parameters({})["config"] == FORM_DEFAULT
+    model_form = served["evaluate-model"]._parameter_openapi_schema.model_dump()["properties"]
+    assert {"model", "sources", "n", "split", "seed", "store", "chunk_size"} <= set(model_form)
 
 
 def _defs(schema: dict) -> dict:
@@ -78,8 +82,8 @@ def test_the_train_form_is_the_typed_config_with_the_config_files_values():
     from flows.cli_serve import build_deployments
     from flows.config import RunConfig, load_config
 
-    train, evaluation = build_deployments(_serve_args(config="configs/tiny.yaml",
-                                                      overrides=["rl.lr=1e-4"]))
+    train, evaluation, _ = build_deployments(_serve_args(config="configs/tiny.yaml",
+                                                         overrides=["rl.lr=1e-4"]))
     schema = train._parameter_openapi_schema.model_dump()
     defs = _defs(schema)
     sections = {k for k, f in RunConfig.model_fields.items() if isinstance(f.default, BaseModel)}
