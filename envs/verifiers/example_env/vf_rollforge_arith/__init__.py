@@ -12,6 +12,7 @@ import random
 
 import verifiers as vf
 from datasets import Dataset
+from sympy.parsing.sympy_parser import parse_expr  # at load: not on every answer's clock
 
 SYSTEM_PROMPT = "Answer with the number only, inside <answer>...</answer>."
 
@@ -39,8 +40,6 @@ def load_environment(num_examples: int = 40, seed: int = 0, lenient: bool = Fals
             return 0.0
         if not lenient:
             return 1.0 if got.strip() == answer else 0.0
-        from sympy.parsing.sympy_parser import parse_expr
-
         try:
             return 1.0 if parse_expr(got.strip()) == int(answer) else 0.0
         except Exception:
