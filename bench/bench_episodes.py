@@ -10,6 +10,18 @@ plays greedy episodes. `--policy scripted` is NOT a model: it writes the family'
 attempt and runs the visible tests; after an observation with a FAIL it writes the task's
 reference and submits, otherwise it submits. It shows what the environment lets a policy that
 reads the observation gain.
+
+`--compare-turns` measures instead how episodes take turns (`sampling.turns`, flows/episodes.py
+`play`): the same episodes (held-out edge tasks x `--group`, `--turns` max turns, sampled at
+the config's temperature through the run's sampler: `--set sampling.engine=vllm` for the
+engine) played turn-synchronously and per episode, one after the other in one run (`--rounds`
+alternations), wall seconds and episodes/s side by side and as a ratio. `--step-delay-s M`
+adds to every step a delay drawn from an exponential of mean M seconds, fixed by the step's
+action and turn (a stand-in for tools that take long and unequal times; the steps themselves
+run for real on Dask), so that the modes differ by what they do with unequal steps.
+
+    .venv/bin/python bench/bench_episodes.py --compare-turns --turns 3 --group 4 \
+        --set sampling.engine=vllm --set policy.n_head=3 --set sft.steps=200 --step-delay-s 2
 """
 from __future__ import annotations
 
@@ -34,7 +46,19 @@ def main() -> int:
     ap.add_argument("--policy", choices=["sft", "scripted"], default="sft")
     ap.add_argument("--turns", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--set", action="append", default=[], help="config override key=value")
+    ap.add_argument("--compare-turns", action="store_true",
+                    help="synchronous against per-episode turns (see above)")
+    ap.add_argument("--group", type=int, default=4, help="--compare-turns: episodes per task")
+    ap.add_argument("--tasks", type=int, default=0, help="--compare-turns: at most this many "
+                    "held-out tasks (0: all)")
+    ap.add_argument("--rounds", type=int, default=1, help="--compare-turns: alternations")
+    ap.add_argument("--step-delay-s", type=float, default=0.0,
+                    help="--compare-turns: mean of the exponential delay added to each step")
     args = ap.parse_args()
+    if args.compare_turns and args.policy == "scripted":
+        ap.error("--compare-turns samples from the policy (--policy sft)")
+    if args.group < 1 or args.rounds < 1 or args.step_delay_s < 0 or args.tasks < 0:
+        ap.error("--group and --rounds take a count >= 1, --tasks >= 0, --step-delay-s >= 0")
 
     from envs.io.families.edges import EDGES, first_attempts  # noqa: PLC0415
     from envs.registry import make_env  # noqa: PLC0415
@@ -73,6 +97,8 @@ def main() -> int:
             tok = ByteTokenizer()
             tc = cfg.tasks
             naive = first_attempts(tc.families, tc.difficulties, tc.tasks_per_family, tc.seed)
+        if args.compare_turns:
+            return compare_turns(cfg, tasks[:args.tasks or None], tok, client, args)
         results, episodes_by_turns = {}, {}
         for m in args.turns:
             def step_fn(turn, items):
@@ -122,6 +148,76 @@ def main() -> int:
         lo, hi = min(results), max(results)
         print(f"second-turn gain: pass@{hi} turns - pass@{lo} turn = "
               f"{results[hi][0]['episode/pass_rate'] - results[lo][0]['episode/pass_rate']:+.3f}")
+    return 0
+
+
+def compare_turns(cfg, tasks, tok, client, args) -> int:
+    """The same episodes under synchronous and per-episode turns (module docstring)."""
+    import hashlib  # noqa: PLC0415
+    import math  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from envs.registry import make_env  # noqa: PLC0415
+    from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
+    from flows.episodes import play  # noqa: PLC0415
+    from flows.iteration import sample_completions  # noqa: PLC0415
+    from flows.rollouts import total_threads  # noqa: PLC0415
+    from flows.sampler import close_engines, play_options  # noqa: PLC0415
+
+    m = max(args.turns)
+    env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "max_turns": m})
+    concurrent = play_options(cfg)["concurrent"]
+
+    def delay(turn, action) -> float:
+        u = int(hashlib.sha256(f"{turn}:{action}".encode()).hexdigest()[:12], 16) / 16 ** 12
+        return -args.step_delay_s * math.log(1 - u)
+
+    def run(turns: str, rnd: int):
+        calls, lock = [], threading.Lock()
+
+        def sample_fn(turn, contexts, _episodes, max_new_tokens, k):
+            with lock:
+                calls.append(len(contexts))
+            return sample_completions.fn(cfg, 0, 0, f"bench-{turns}-{rnd}", turn, k, contexts,
+                                         max_new_tokens, False)
+
+        def step_fn(turn, items):
+            out = step_many(client, items, cfg.sandbox, cfg.rewards,
+                            timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
+            # the items ran side by side on the cluster: the call lasts as long as its longest
+            time.sleep(max(delay(turn, a) for _, _, a in items))
+            return out
+
+        t0 = time.perf_counter()
+        eps = play(tasks, [env] * len(tasks), args.group, cfg.policy.max_len, tok,
+                   cfg.sampling.max_new_tokens, sample_fn, step_fn, turns=turns,
+                   concurrent=concurrent)
+        wall = time.perf_counter() - t0
+        return wall, eps, calls
+
+    print(f"\n{len(tasks)} held-out edge tasks x {args.group} episodes, max_turns={m}, sampler "
+          f"{cfg.sampling.engine} ({'concurrent calls' if concurrent else 'one call at a time'}), "
+          f"step delay mean {args.step_delay_s:g}s")
+    print(f"{'round':>5}  {'turns':>12}  {'wall s':>7}  {'episodes/s':>10}  {'mean turns':>10}  "
+          f"{'sample calls':>12}  {'mean batch':>10}")
+    walls: dict[str, list[float]] = {"synchronous": [], "per_episode": []}
+    try:
+        # the engine starts (minutes) and syncs before anything is timed
+        sample_completions.fn(cfg, 0, 0, "bench-warmup", 1, 0, [tok.encode_prompt(tasks[0].prompt)],
+                              8, False)
+        for rnd in range(args.rounds):
+            for turns in (("synchronous", "per_episode") if rnd % 2 == 0
+                          else ("per_episode", "synchronous")):
+                wall, eps, calls = run(turns, rnd)
+                walls[turns].append(wall)
+                print(f"{rnd:>5}  {turns:>12}  {wall:>7.1f}  {len(eps) / wall:>10.3f}  "
+                      f"{np.mean([e.turns for e in eps]):>10.2f}  {len(calls):>12}  "
+                      f"{np.mean(calls):>10.1f}", flush=True)
+    finally:
+        close_engines()
+    sync, each = sum(walls["synchronous"]), sum(walls["per_episode"])
+    print(f"per_episode / synchronous: episodes/s x{sync / each:.2f} (wall {each:.1f}s against "
+          f"{sync:.1f}s over {args.rounds} round(s))")
     return 0
 
 
