@@ -20,8 +20,12 @@ adds to every step a delay drawn from an exponential of mean M seconds, fixed by
 action and turn (a stand-in for tools that take long and unequal times; the steps themselves
 run for real on Dask), so that the modes differ by what they do with unequal steps.
 
-    .venv/bin/python bench/bench_episodes.py --compare-turns --turns 3 --group 4 \
-        --set sampling.engine=vllm --set policy.n_head=3 --set sft.steps=200 --step-delay-s 2
+    .venv/bin/python bench/bench_episodes.py --compare-turns --out runs/bench-turns --turns 3 \
+        --group 4 --tasks 8 --rounds 4 --set policy.n_head=3 --set sft.steps=20 \
+        --set sampling.engine=vllm --step-delay-s 2
+
+(vLLM's CPU attention needs heads of 32 and up: `policy.n_head=3` of configs/episodes.yaml's
+96 wide; docs/benchmarks.md has the figures.)
 """
 from __future__ import annotations
 
