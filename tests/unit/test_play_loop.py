@@ -211,3 +211,18 @@ def test_the_busy_clock_counts_overlapping_calls_once(monkeypatch):
     with clock:            # 9..10
         now[0] = 10.0
     assert clock.seconds == 6.0
+
+
+def test_auto_turns_are_per_episode_for_an_engine_and_synchronous_for_the_local_sampler():
+    from flows.sampler import play_options
+
+    def options(*sets):
+        return play_options(load_config(None, list(sets)))
+
+    assert options() == {"turns": "synchronous", "concurrent": False}
+    assert options("sampling.engine=vllm") == {"turns": "per_episode", "concurrent": True}
+    assert options("sampling.turns=per_episode") == {"turns": "per_episode", "concurrent": False}
+    assert options("sampling.engine=vllm", "sampling.turns=synchronous") == {
+        "turns": "synchronous", "concurrent": True}
+    # how turns are scheduled is not what a run computes: a resume may change it
+    assert load_config(None, ["sampling.turns=per_episode"]).hash() == load_config(None, []).hash()
