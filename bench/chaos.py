@@ -46,7 +46,7 @@ from flows.env import standalone_env  # noqa: E402
 KINDS = ("flow", "worker", "scheduler", "rank", "sandbox_kill", "server", "disk_full",
          "sandbox_hang", "result_deleted")
 # Fields of a row that may differ between the chaos run and the uninterrupted one: seconds
-# measured on the clock. Every other field must be equal, row by row, except on rows whose
+# measured on the clock (also inside `reward_components`). Every other field must be equal, row by row, except on rows whose
 # execution a sandbox fault hit (they are listed, not compared).
 CLOCK_FIELDS = ("gen_time_s", "exec_time_s", "score_time_s", "turn_seconds")
 KEY = ["iteration", "group_id", "sample_index"]
@@ -307,7 +307,7 @@ def _alive(pids: set[int]) -> list[int]:
 
 
 def chaos(services: Services, store: Path, seed: int, n_faults: int, iterations: int,
-          stall_s: float, kinds=KINDS, gap_s: tuple[float, float] = (3.0, 25.0),
+          stall_s: float, kinds=KINDS, gap_s: tuple[float, float] = (20.0, 60.0),
           log=print) -> tuple[Tally, list[Path]]:
     """`n_faults` faults drawn from `seed` (the kinds in turn, in a shuffled order, so every
     kind is hit) injected into runs of the same config, each resumed until it completes and
@@ -323,6 +323,28 @@ def chaos(services: Services, store: Path, seed: int, n_faults: int, iterations:
         runs.append(_one_run(services, store, out, seed, iterations, stall_s, plan, rng, gap_s,
                              t, log))
     return t, runs
+
+
+MOMENT_STAGES = ("sample_completions", "run_rollouts", "score", "write_trajectories",
+                 "update_policy", "checkpoint")
+
+
+class _Moment:
+    """When the next fault lands: `delay` seconds (0-2) after the next start of a stage drawn
+    from MOMENT_STAGES (uniform moments in time would land mostly in the update, the longest
+    stage), or at a time drawn from `gap_s` if that stage does not start by then (the run is
+    past it, or retrying)."""
+
+    def __init__(self, rng: random.Random, mark: int, gap_s: tuple[float, float]):
+        self.stage, self.delay = rng.choice(MOMENT_STAGES), rng.uniform(0.0, 2.0)
+        self.mark, self.at = mark, time.monotonic() + rng.uniform(*gap_s)
+
+    def due(self, lines: list[str], now: float) -> bool:
+        for line in lines[self.mark:]:
+            self.mark += 1
+            if f'"stage": "{self.stage}", "event": "start"' in line:
+                self.at = min(self.at, now + self.delay)
+        return now >= self.at
 
 
 def _one_run(services: Services, store: Path, out: Path, seed: int, iterations: int,
@@ -342,7 +364,7 @@ def _one_run(services: Services, store: Path, out: Path, seed: int, iterations: 
         with open(log_path, "w") as fh:
             run = subprocess.Popen(cmd, cwd=ROOT, env=services.env, stdout=fh,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-        next_at = time.monotonic() + rng.uniform(*gap_s)
+        moment = _Moment(rng, len(_journal_lines(run_dir)), gap_s)
         seen, last_progress = 0, time.monotonic()
         ranks: set[int] = set()
         while run.poll() is None:
@@ -353,7 +375,8 @@ def _one_run(services: Services, store: Path, out: Path, seed: int, iterations: 
             for item in [p for p in pending if p[0] <= now]:
                 item[1]()
                 pending.remove(item)
-            n = len(_journal_lines(run_dir))
+            lines = _journal_lines(run_dir)
+            n = len(lines)
             if n != seen:
                 seen, last_progress = n, now
             if now - last_progress > stall_s:
@@ -361,18 +384,18 @@ def _one_run(services: Services, store: Path, out: Path, seed: int, iterations: 
                                f"{stall_s:.0f} s after {_last_stage(run_dir)}")
                 log(f"  HANG: {t.hangs[-1]}")
                 break
-            if plan and now >= next_at:
+            if plan and moment.due(lines, now):
                 kind = plan[0]
                 hit = inject(kind, rng, services, run, run_dir, store, pending)
                 if hit is None:  # nothing of that kind alive now: try again a little later
                     t.skipped[kind] += 1
-                    next_at = now + 2.0
+                    moment.at = now + 2.0
                 else:
                     plan.pop(0)
                     t.injected[kind] += 1
                     log(f"  fault: {kind}: {hit} (during {_last_stage(run_dir)}); "
                         f"{len(plan)} left")
-                    next_at = now + rng.uniform(*gap_s)
+                    moment = _Moment(rng, n, gap_s)
             time.sleep(0.25)
         _group_kill(run)
         # Ranks of a dead flow are meant to exit by themselves (they watch their parent).
@@ -503,12 +526,21 @@ def compare(chaos_dir: Path, ref_dir: Path, iterations: int) -> dict:
             return list(x if x is not None else []) == list(y if y is not None else [])
         return bool(x == y) or (pd.isna(x) is True and pd.isna(y) is True)
 
-    differing_rows, differing_cols = set(), collections.Counter()
+    def unclocked(components):  # the components carry the execution's seconds too
+        return None if components is None else repr([  # repr: NaN equals NaN
+            tuple(kv) for kv in components if kv[0] not in CLOCK_FIELDS])
+
+    differing_rows, differing_cols, examples = set(), collections.Counter(), []
     for c in cols:
-        for k, x, y in zip(common, a[c].tolist(), b[c].tolist()):
+        xs, ys = a[c].tolist(), b[c].tolist()
+        if c == "reward_components":
+            xs, ys = map(unclocked, xs), map(unclocked, ys)
+        for k, x, y in zip(common, xs, ys):
             if not same(x, y):
                 differing_rows.add(k)
                 differing_cols[c] += 1
+                if len(examples) < 5:
+                    examples.append((k, c, str(x)[:120], str(y)[:120]))
     infra = int(a["infra_error"].fillna(False).astype(bool).sum())
     wa = checkpoints.checkpoint_dir(str(chaos_dir), iterations) / "model"
     wb = checkpoints.checkpoint_dir(str(ref_dir), iterations) / "model"
@@ -518,7 +550,8 @@ def compare(chaos_dir: Path, ref_dir: Path, iterations: int) -> dict:
                 if ta.keys() == tb.keys() and tb else float("inf"))
     return {"lost": lost, "extra": extra, "rows_compared": len(common),
             "rows_differing": len(differing_rows), "columns_differing": dict(differing_cols),
-            "infra_error_rows": infra, "weights_max_abs_diff": max_diff}
+            "infra_error_rows": infra, "weights_max_abs_diff": max_diff,
+            "examples": examples}
 
 
 def main() -> int:
@@ -526,8 +559,10 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0])
     ap.add_argument("--faults", type=int, default=len(KINDS), help="faults per seed")
     ap.add_argument("--iterations", type=int, default=2)
-    ap.add_argument("--gap-s", type=float, nargs=2, default=(3.0, 20.0), metavar=("MIN", "MAX"),
-                    help="seconds between faults, drawn uniformly")
+    ap.add_argument("--gap-s", type=float, nargs=2, default=(20.0, 60.0), metavar=("MIN", "MAX"),
+                    help="the most seconds between faults, drawn uniformly: a fault lands 0-2 s "
+                    "after the next start of a stage drawn at random, or after this if that "
+                    "stage does not start by then")
     ap.add_argument("--stall-s", type=float, default=300.0,
                     help="seconds without a new journal line or an exit that count as a hang")
     ap.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
