@@ -23,12 +23,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from prefect import flow
+from pydantic import ValidationError
 
 from envs.base import EnvError
 from envs.sources import SourceConfig, build_pool
 from flows.config import (ConfigError, load_config, parse_override, task_sources,
                           validate_config)
-from flows.config import _set_dotted  # noqa: PLC2701 (one override rule for run and eval)
+# one override rule, one error format and one length check for run and eval
+from flows.config import RunConfig, _check_prompts_fit, _format_errors, _set_dotted  # noqa: PLC2701
 from flows.iteration import _Play  # noqa: PLC2701 (the loop's round of episodes, reused)
 from flows.pipeline import sample_completions
 from flows.staging import CODE_VERSION, bulky
@@ -50,6 +52,7 @@ class ModelRef:
     version: int            # the policy version (0 for a base model)
     model_dir: str          # the Hugging Face (or LoRA adapter) folder sampled with
     run_dir: str | None     # the run whose config.yaml is the evaluation's base config
+    base: bool = False      # a known name or a Hugging Face folder, not a rollforge checkpoint
 
 
 _FORMS = ("CHECKPOINT_DIR (runs/<id>/checkpoints/v0003), RUN_DIR[:VERSION] (runs/<id>, newest "
@@ -70,7 +73,7 @@ def resolve_model(spec: str) -> ModelRef:
     from training import pretrained  # noqa: PLC0415
 
     if pretrained.is_known(spec):
-        return ModelRef(spec, 0, str(Path(pretrained.resolve(spec)).resolve()), None)
+        return ModelRef(spec, 0, str(Path(pretrained.resolve(spec)).resolve()), None, base=True)
     m = re.fullmatch(r"(.+):(\d+)", spec)
     if m and Path(m.group(1), "checkpoints").is_dir():
         run_dir, version = str(Path(m.group(1)).resolve()), int(m.group(2))
@@ -90,7 +93,7 @@ def resolve_model(spec: str) -> ModelRef:
         return ModelRef(str(p.resolve()), int(v.group(1)) if v else 0, str((p / "model").resolve()),
                         str(run) if (run / "config.yaml").is_file() else None)
     if (p / "config.json").is_file() or (p / "adapter_config.json").is_file():
-        return ModelRef(str(p.resolve()), 0, str(p.resolve()), None)
+        return ModelRef(str(p.resolve()), 0, str(p.resolve()), None, base=True)
     raise EvalInputError(f"--model {spec!r}: not a model rollforge can load; expected {_FORMS}")
 
 
@@ -144,10 +147,10 @@ def plan(model: str, sources: list[str] | None = None, n: int = 4, split: str = 
             raw["seed"] = seed
         if engine is not None:
             raw.setdefault("sampling", {})["engine"] = engine
-        if ref.run_dir is None and not config_file:  # a base model: the config names it
+        if ref.base:  # the config names the model, as a run starting from it would
             raw.setdefault("policy", {})["model_path"] = ref.label
         raw["out_dir"], raw["run_id"] = "_", "work"
-        cfg = validate_config(raw)
+        cfg = _eval_config(raw)
         tasks = [t for t in build_pool(srcs) if split == "all" or t.split == split]
     except (ConfigError, EnvError) as exc:
         raise EvalInputError(str(exc)) from None
@@ -162,9 +165,22 @@ def plan(model: str, sources: list[str] | None = None, n: int = 4, split: str = 
     work = evaluations.eval_dir(store, eval_id)
     if not work.is_local:
         raise EvalInputError(f"--store {store!r}: evaluation runs need a local store folder")
-    cfg = validate_config({**cfg.model_dump(mode="json"), "out_dir": work.path, "run_id": "work"})
+    cfg = _eval_config({**cfg.model_dump(mode="json"), "out_dir": work.path, "run_id": "work"})
     chunks = [tasks[i:i + chunk_size] for i in range(0, len(tasks), chunk_size)]
     return Plan(cfg, ref, store, eval_id, spec, chunks, n)
+
+
+def _eval_config(raw: dict) -> RunConfig:
+    """validate_config less its rule that the sources hold training tasks (an evaluation
+    trains nothing: HumanEval alone, all held out, is a fine thing to evaluate on)."""
+    try:
+        cfg = RunConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+    pool = build_pool(task_sources(cfg))  # EnvError: a source that does not load
+    if cfg.policy.model_path is None:
+        _check_prompts_fit(cfg, pool)
+    return cfg
 
 
 def _base_config(ref: ModelRef, config_file: str | None, overrides) -> dict:
