@@ -20,7 +20,7 @@ from storage import evaluations, registry, trajectories
 from storage.fs import Location, locate
 from storage.schema import TRAJECTORY_SCHEMA
 
-VIEWS = ("trajectories", "evaluations", "runs", "metrics", "checkpoints")
+VIEWS = ("trajectories", "runs", "metrics", "checkpoints", "evaluations")
 
 
 @dataclass
