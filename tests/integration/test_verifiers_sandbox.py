@@ -20,6 +20,8 @@ if not (venv.venv_dir() / "bin" / "python").is_file():
     pytest.skip(f"no verifiers venv at {venv.venv_dir()}: build it with `{venv.SETUP}`",
                 allow_module_level=True)
 
+pytestmark = pytest.mark.integration
+
 LIMITS = SandboxConfig(timeout_s=10.0).limits()
 ARGS = {"num_examples": 6, "seed": 3, "lenient": True}
 
