@@ -40,8 +40,11 @@ def setup_distributed() -> None:
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
-                               verbose=False)
+    from training.build_lock import watched  # noqa: PLC0415
+
+    with watched():  # a build lock left by a process killed mid-build would block forever
+        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
+                                   verbose=False)
     if world_size() == 1:
         atexit.register(teardown_distributed, sync=False)
 
