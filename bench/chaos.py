@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -292,6 +293,20 @@ def _last_error(log: Path) -> str:
     return "(no error line)"
 
 
+def _stacks(pid: int) -> str:
+    """The Python stacks of a hung run and its children (py-spy, from PATH or $PY_SPY), to say
+    where it waits; a line saying why not when py-spy is missing."""
+    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if not spy:
+        return "  (no py-spy on PATH or in $PY_SPY: no stacks)"
+    out = []
+    for p in [pid, *(c.pid for c in _descendants(pid))]:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            out.append(subprocess.run([spy, "dump", "--pid", str(p)], capture_output=True,
+                                      text=True, timeout=60).stdout)
+    return "\n".join(out)
+
+
 def _ranks_of(run_pid: int) -> set[int]:
     return {p.pid for p in _descendants(run_pid)
             if "training.rank" in " ".join(p.cmdline())}
@@ -383,6 +398,7 @@ def _one_run(services: Services, store: Path, out: Path, seed: int, iterations: 
                 t.hangs.append(f"seed {seed} {out.name} attempt {attempt}: no progress for "
                                f"{stall_s:.0f} s after {_last_stage(run_dir)}")
                 log(f"  HANG: {t.hangs[-1]}")
+                log(_stacks(run.pid))
                 break
             if plan and moment.due(lines, now):
                 kind = plan[0]
