@@ -21,8 +21,11 @@ per core; rollforge: its own thread budget, training/threads.py); `--threads N` 
 
 A comparison is only as good as the machine is quiet: a CPU-bound neighbour slows the two sides
 unequally (here TRL's step went from 1.69 s quiet to 4.84 s at load 3). The quiet sitting comes
-first, and its ratios are printed only when the 1-minute load average per core stayed at most
-`--max-load` (0.5) at its start and its end (`--allow-load` prints them anyway, marked). Then,
+first, and its ratios are printed only when the machine was quiet around it: the CPU that
+*other* processes used, per core, at most `--max-load` (0.5) over a few seconds before it starts
+and over the whole sitting (the machine's busy time from /proc/stat less this benchmark's own
+process tree's; the 1-minute load average cannot say this, it counts the sides themselves and the
+workload build just before). `--allow-load` prints them anyway, marked. Then,
 with `--loaded-rounds`, a second sitting under a known load (`--burners` CPU-bound processes
 beside the sides) gives the loaded figure as a second table.
 
@@ -40,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -70,8 +74,41 @@ def side_env(threads: int | None = None) -> dict[str, str]:
     return env
 
 
-def load_per_core() -> float:
-    return os.getloadavg()[0] / (os.cpu_count() or 1)
+def busy_s() -> float:
+    """CPU seconds the whole machine has been busy since boot (/proc/stat's first line: user,
+    nice, system, irq, softirq, steal; guest time is inside user already)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def own_s() -> float:
+    """CPU seconds of this process and every child it has waited for (each side's run is a
+    waited subprocess, and its own children are waited inside it)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class Others:
+    """CPU used by processes that are not this benchmark's, per core, from `start()` on. A
+    process of ours that was never waited for (an orphan) counts as another's: the error makes
+    the machine look busier, never quieter."""
+
+    def start(self) -> "Others":
+        self.t, self.busy, self.own = time.monotonic(), busy_s(), own_s()
+        return self
+
+    def per_core(self) -> float:
+        wall = max(time.monotonic() - self.t, 1e-6)
+        other = max(busy_s() - self.busy - (own_s() - self.own), 0.0)
+        return other / wall / (os.cpu_count() or 1)
+
+
+def others_now(seconds: float = 3.0) -> float:
+    """Other processes' CPU per core over the next `seconds`, this benchmark idle."""
+    o = Others().start()
+    time.sleep(seconds)
+    return o.per_core()
 
 
 class Burners:
@@ -200,9 +237,8 @@ def med(xs) -> float:
 
 
 def quiet_enough(res: dict, max_load: float) -> bool:
-    """The sitting's 1-minute load average per core, at its start and its end, at most
-    `max_load`."""
-    return all(res.get(k, float("inf")) <= max_load for k in ("per_core_start", "per_core_end"))
+    """Other processes' CPU per core, just before the sitting and over it, at most `max_load`."""
+    return all(res.get(k, float("inf")) <= max_load for k in ("others_before", "others_during"))
 
 
 def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
@@ -250,17 +286,18 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
     for name, t, r in rows:
         ratio = f"{r / t:.2f}x" if t and r is not None and t == t and r == r else ""
         lines.append(f"{name:<{width}}{f(t):>8}{f(r):>11}{ratio if show_ratio else '':>8}")
-    per_core = (f"{res.get('per_core_start', float('nan')):.2f} at the start, "
-                f"{res.get('per_core_end', float('nan')):.2f} at the end")
+    per_core = (f"{res.get('others_before', float('nan')):.2f} just before, "
+                f"{res.get('others_during', float('nan')):.2f} during")
     if res.get("burners"):
         lines.append(f"LOADED sitting: {res['burners']} CPU-bound burner process(es) beside the "
-                     f"sides; load per core {per_core}")
+                     f"sides; other processes' CPU per core {per_core} (burners are ours)")
     elif not quiet:
-        lines.append(f"NOT QUIET: load per core {per_core}, above --max-load {max_load}: "
+        lines.append(f"NOT QUIET: other processes' CPU per core {per_core}, above --max-load "
+                     f"{max_load}: "
                      + ("ratios printed because of --allow-load; do not quote them as the quiet "
                         "figure" if allow_load else "no ratio printed (--allow-load to print it)"))
     else:
-        lines.append(f"quiet sitting: load per core {per_core} (at most {max_load})")
+        lines.append(f"quiet sitting: other processes' CPU per core {per_core} (at most {max_load})")
     lines.append("")
     lines.append("rollforge stages: seconds as the flow sees them | the stage function's own (its "
                  "journal line) | the difference, Prefect's task engine around it (median)")
@@ -298,8 +335,10 @@ def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: i
     """`rounds` alternated TRL-then-rollforge pairs, beside `burners` CPU-bound processes."""
     res = {"name": name, "workload": workload, "trl": [], "rollforge": [], "order": [],
            "burners": burners, "threads": threads}
+    res["others_before"] = others_now()
     with Burners(burners):
-        res["load_start"], res["per_core_start"] = load(), load_per_core()
+        others = Others().start()
+        res["load_start"] = load()
         print(f"{name} sitting: load average at the start {res['load_start']}", flush=True)
         for r in range(rounds):
             tag = f"{name}-r{r}"
@@ -311,7 +350,7 @@ def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: i
             res["rollforge"].append(f)
             res["order"].append((f"rollforge {tag}", f["wall_s"]))
             print(f"{tag}: rollforge {f['wall_s']:.1f} s (load {load()})", flush=True)
-        res["load_end"], res["per_core_end"] = load(), load_per_core()
+        res["load_end"], res["others_during"] = load(), others.per_core()
     return res
 
 
@@ -325,8 +364,9 @@ def main() -> int:
     ap.add_argument("--burners", type=int, default=os.cpu_count() or 2,
                     help="CPU-bound processes of the loaded sitting (default: one per core)")
     ap.add_argument("--max-load", type=float, default=0.5,
-                    help="highest 1-minute load average per core, at the quiet sitting's start "
-                         "and end, for its ratios to be printed (default: %(default)s)")
+                    help="most CPU per core that other processes may use, just before the "
+                         "quiet sitting and during it, for its ratios to be printed "
+                         "(default: %(default)s)")
     ap.add_argument("--allow-load", action="store_true",
                     help="print the quiet sitting's ratios even above --max-load (marked)")
     ap.add_argument("--threads", type=int, default=None,

@@ -63,7 +63,7 @@ def _sitting(per_core: float, burners: int = 0) -> dict:
             "trl": [{"steps": [step | {"t_end": float(i)} for i in range(3)], "trl": "x",
                      "torch": "x", "torch_threads": 2, "transformers": "x"}],
             "rollforge": [{"iterations": [it] * 3}], "order": [],
-            "load_start": "", "load_end": "", "per_core_start": per_core, "per_core_end": 0.1}
+            "load_start": "", "load_end": "", "others_before": 0.1, "others_during": per_core}
 
 
 def test_the_report_prints_ratios_only_for_a_quiet_sitting_or_a_marked_loaded_one():
@@ -76,3 +76,24 @@ def test_the_report_prints_ratios_only_for_a_quiet_sitting_or_a_marked_loaded_on
     assert "2.00x" in report(_sitting(1.5), allow_load=True)
     loaded = report(_sitting(1.5, burners=2))  # the loaded sitting is labelled, not refused
     assert "2.00x" in loaded and "LOADED sitting: 2" in loaded
+
+
+def test_others_cpu_is_the_machines_busy_time_less_the_benchmarks_own(monkeypatch):
+    import subprocess as sp
+
+    from bench import bench_trl
+
+    own0, busy0 = bench_trl.own_s(), bench_trl.busy_s()
+    sp.run([sys.executable, "-c", "import time\nt=time.process_time()\n"
+            "while time.process_time()-t<1: pass"], check=True)
+    # a waited child's CPU is the benchmark's own, and the machine saw it busy
+    assert bench_trl.own_s() - own0 >= 0.9
+    assert bench_trl.busy_s() - busy0 >= 0.9
+    clock = {"busy": 100.0, "own": 10.0, "t": 0.0}
+    monkeypatch.setattr(bench_trl, "busy_s", lambda: clock["busy"])
+    monkeypatch.setattr(bench_trl, "own_s", lambda: clock["own"])
+    monkeypatch.setattr(bench_trl.time, "monotonic", lambda: clock["t"])
+    monkeypatch.setattr(bench_trl.os, "cpu_count", lambda: 2)
+    o = bench_trl.Others().start()
+    clock.update(busy=106.0, own=14.0, t=4.0)  # 6 s busy in 4 s, 4 of them ours
+    assert o.per_core() == 2.0 / 4.0 / 2
