@@ -24,7 +24,7 @@ unequally (here TRL's step went from 1.69 s quiet to 4.84 s at load 3). The quie
 first, and its ratios are printed only when the machine was quiet around it: the CPU that
 *other* processes used, per core, at most `--max-load` (0.5) over a few seconds before it starts
 and over the whole sitting (the machine's busy time from /proc/stat less this benchmark's own
-process tree's; the 1-minute load average cannot say this, it counts the sides themselves and the
+process tree's, read as training/threads.py reads it; the 1-minute load average cannot say this, it counts the sides themselves and the
 workload build just before). `--allow-load` prints them anyway, marked. Then,
 with `--loaded-rounds`, a second sitting under a known load (`--burners` CPU-bound processes
 beside the sides) gives the loaded figure as a second table.
@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -74,34 +73,31 @@ def side_env(threads: int | None = None) -> dict[str, str]:
     return env
 
 
-def busy_s() -> float:
-    """CPU seconds the whole machine has been busy since boot (/proc/stat's first line: user,
-    nice, system, irq, softirq, steal; guest time is inside user already)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+def busy_s() -> tuple[float, float]:
+    """(the machine's busy CPU seconds, this benchmark's: this process and every process under
+    it, the sides, their Dask workers and sandboxes, the burners) so far: training/threads.py's
+    reading, the one a run's thread budget decides by."""
+    from training.threads import busy_seconds  # noqa: PLC0415
 
-
-def own_s() -> float:
-    """CPU seconds of this process and every child it has waited for (each side's run is a
-    waited subprocess, and its own children are waited inside it)."""
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    got = busy_seconds()
+    if got is None:
+        sys.exit("bench_trl needs /proc (Linux) to tell whether the machine is quiet")
+    return got
 
 
 class Others:
-    """CPU used by processes that are not this benchmark's, per core, from `start()` on. A
-    process of ours that was never waited for (an orphan) counts as another's: the error makes
-    the machine look busier, never quieter."""
+    """CPU used by processes that are not this benchmark's, per core, from `start()` on. An
+    orphan of ours (reparented to init) counts as another's: the error makes the machine look
+    busier, never quieter."""
 
     def start(self) -> "Others":
-        self.t, self.busy, self.own = time.monotonic(), busy_s(), own_s()
+        self.t, (self.busy, self.own) = time.monotonic(), busy_s()
         return self
 
     def per_core(self) -> float:
         wall = max(time.monotonic() - self.t, 1e-6)
-        other = max(busy_s() - self.busy - (own_s() - self.own), 0.0)
-        return other / wall / (os.cpu_count() or 1)
+        busy, own = busy_s()
+        return max(busy - self.busy - (own - self.own), 0.0) / wall / (os.cpu_count() or 1)
 
 
 def others_now(seconds: float = 3.0) -> float:

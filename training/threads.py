@@ -73,7 +73,7 @@ def _tree_ticks() -> int:
     return sum(ticks.get(p, 0) for p in mine)
 
 
-def _busy_s() -> tuple[float, float] | None:
+def busy_seconds() -> tuple[float, float] | None:
     """(all cores' busy seconds, this run's CPU seconds: this process and its descendants) so
     far, or None without /proc."""
     try:
@@ -98,7 +98,7 @@ class _Monitor:
         threading.Thread(target=self._loop, daemon=True, name="rollforge-cpu-monitor").start()
 
     def _take(self) -> None:
-        b = _busy_s()
+        b = busy_seconds()
         if b is not None:
             with self.lock:
                 self.snaps.append((time.monotonic(), *b))

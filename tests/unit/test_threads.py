@@ -75,12 +75,12 @@ def test_the_runs_own_processes_are_not_neighbours():
     """A busy descendant (a Dask worker, a sandbox) counts as this run's own CPU."""
     child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        start = threads._busy_s()
+        start = threads.busy_seconds()
         # the child's CPU seconds are in the tree's: half a second of them shows up however
         # loaded the machine is (this process only sleeps); without the child counted it never
         # would, and the wait ends at its bound
         deadline = time.monotonic() + 60
-        while (end := threads._busy_s())[1] - start[1] <= 0.5 and time.monotonic() < deadline:
+        while (end := threads.busy_seconds())[1] - start[1] <= 0.5 and time.monotonic() < deadline:
             time.sleep(0.25)
         assert end[1] - start[1] > 0.5, (start, end)
     finally:
