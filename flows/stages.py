@@ -201,11 +201,24 @@ def rollout_metrics(rows: list[dict]) -> dict:
 
 
 # -- cache keys ---------------------------------------------------------------------------
+_LEAVES = frozenset({str, int, bool, type(None)})
+
+
 def _canonical(obj):
     """A JSON-able form of a stage input that is the same in every process (no set order, no
     object ids): dataclasses and pydantic models by their fields, frames and arrays by their
     values. Anything else is refused (TypeError naming its type): a repr() could hold a memory
     address, which would make a new cache key in each process, or elide values ("...")."""
+    # Exact plain types first, and flat lists of them at once: token ids and texts are most of
+    # a stage's inputs (an iteration's 64 contexts alone are thousands of ints), and the
+    # general checks below cost a few microseconds each per element.
+    kind = type(obj)
+    if kind in _LEAVES:
+        return obj
+    if kind is float:
+        return "NaN" if math.isnan(obj) else obj
+    if (kind is list or kind is tuple) and all(type(v) in _LEAVES for v in obj):
+        return list(obj)
     if isinstance(obj, Environment):  # by what it is, not where it lives in memory
         return ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
                 _canonical(obj.config)]
