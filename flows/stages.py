@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -110,7 +111,12 @@ def curriculum_config(cfg: RunConfig) -> CurriculumConfig:
                             balance_families=cfg.tasks.balance_families)
 
 
-_LEDGER_READS: dict[tuple, pd.DataFrame] = {}  # (run dir, iteration, its files) -> its rows
+# run dir -> (the (iteration, its files) folded in, in order; the ledger of them): an
+# iteration's files never change (a rewrite or compaction names new ones), so each iteration's
+# rows are read and folded in once per process, and an iteration costs its own rows, not all
+# the run's so far.
+_LEDGERS: dict[str, tuple[tuple, DifficultyLedger]] = {}
+_LEDGERS_LOCK = threading.Lock()
 
 
 def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
@@ -118,21 +124,20 @@ def ledger_frame(run_dir: str, before_iteration: int) -> pd.DataFrame:
     (dropped groups included: they say which tasks are always or never solved)."""
     from storage import trajectories  # noqa: PLC0415
 
-    frames = []
     columns = list(dict.fromkeys(TRAJECTORY_COLUMNS + SOLVED_FACTS))
-    for it in trajectories.iterations_written(run_dir):
-        if it < before_iteration:
-            # An iteration's files never change (a rewrite or compaction names new ones), so
-            # each set is read once per process, not once per later iteration.
-            key = (run_dir, it, tuple(trajectories.live_files(run_dir, it)))
-            if key not in _LEDGER_READS:
-                _LEDGER_READS[key] = trajectories.retrying(
-                    lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
-                    .to_pandas(), f"reading {run_dir}")
-            frames.append(_LEDGER_READS[key])
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {c: pd.Series(dtype=object) for c in columns})
-    return DifficultyLedger.from_trajectories(fill_solved(rows)).to_frame()
+    want = tuple((it, tuple(trajectories.live_files(run_dir, it)))
+                 for it in trajectories.iterations_written(run_dir) if it < before_iteration)
+    with _LEDGERS_LOCK:
+        done, ledger = _LEDGERS.get(run_dir, ((), DifficultyLedger()))
+        if want[:len(done)] != done:  # not an extension (rewritten files, an earlier point)
+            done, ledger = (), DifficultyLedger()
+        for it, _files in want[len(done):]:
+            rows = trajectories.retrying(
+                lambda: trajectories.open_dataset(run_dir, it).to_table(columns=columns)
+                .to_pandas(), f"reading {run_dir}")
+            ledger = ledger.update(fill_solved(rows))
+        _LEDGERS[run_dir] = (want, ledger)
+    return ledger.to_frame()
 
 
 def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.DataFrame,

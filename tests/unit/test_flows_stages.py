@@ -179,6 +179,36 @@ def test_ledger_comes_from_the_stored_rows_of_earlier_iterations_only(cfg, execu
     assert len(stages.ledger_frame(run_dir, 2)) == 4 and stages.ledger_frame(run_dir, 0).empty
 
 
+
+def test_the_ledger_folded_one_iteration_at_a_time_is_the_ledger_of_all_rows_read_at_once(
+        cfg, executed_group, tmp_path):
+    """ledger_frame folds each new iteration's rows into the ledger it built before: the result
+    must be what one read of every earlier iteration gives, forwards, backwards and after an
+    iteration's files are rewritten (other rows under new names)."""
+    from rewards.outcome import SOLVED_FACTS, fill_solved
+    from storage import trajectories
+    from storage.trajectories import write_iteration
+    from tasks.curriculum import TRAJECTORY_COLUMNS
+
+    _, eps = executed_group
+    run_dir = str(tmp_path / "run")
+    columns = list(dict.fromkeys(TRAJECTORY_COLUMNS + SOLVED_FACTS))
+
+    def at_once(before):
+        its = [i for i in trajectories.iterations_written(run_dir) if i < before]
+        rows = pd.concat([trajectories.open_dataset(run_dir, i).to_table(columns=columns)
+                          .to_pandas() for i in its], ignore_index=True)
+        return DifficultyLedger.from_trajectories(fill_solved(rows)).to_frame()
+
+    for it in range(4):  # later iterations see the other half of the answers solved
+        write_shard(run_dir, it, 0, episode_rows(cfg, it, it, eps[it % 2:] + eps[:it % 2], 4, "h"))
+    for before in (1, 2, 3, 4, 2, 4):
+        pd.testing.assert_frame_equal(stages.ledger_frame(run_dir, before), at_once(before))
+    write_iteration(run_dir, 1, [episode_rows(cfg, 1, 1, eps[:4], 4, "h")])  # a rewrite
+    got = stages.ledger_frame(run_dir, 4)
+    pd.testing.assert_frame_equal(got, at_once(4))
+    assert got[got["iteration"] == 1]["samples"].sum() == 4
+
 def test_journal_appends_one_parsable_line_per_event(tmp_path):
     stages.journal(str(tmp_path), "score", "start", iteration=1, round=0)
     stages.journal(str(tmp_path), "score", "end", iteration=1, round=0, seconds=0.5)
