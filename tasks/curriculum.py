@@ -73,8 +73,10 @@ def _group_stats(rows: pd.DataFrame) -> pd.DataFrame:
     """Per group with a scored reward: whether it is informative (rewards/outcome.py)."""
     keys = ["task_id", "iteration", "group_id"]
     rows = rows[rows["reward"].notna()]
+    # the group's number, not its keys joined into a string row by row (most of an update)
     flags = rows.assign(informative=informative_groups(
-        rows["reward"].to_numpy(dtype=float), rows[keys].astype(str).agg("|".join, axis=1)))
+        rows["reward"].to_numpy(dtype=float),
+        rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()))
     return flags.groupby(keys, sort=False)["informative"].first().reset_index()
 
 
