@@ -56,17 +56,21 @@ setup: $(STAMP)
 run: setup
 	$(VENV)/bin/rollforge run $(ARGS)
 
-# The engine's venv is built beside the services (its install is mostly download and unpacking)
-# and its tests must run: ROLLFORGE_REQUIRE_ENGINE turns their skip into a failure.
+# The engine's venv and the verifiers kind's venv (verifiers pins openai<3; about 100 s and
+# 860 MB the first time) are built beside the services (their installs are mostly download and
+# unpacking), and the engine's tests must run: ROLLFORGE_REQUIRE_ENGINE turns their skip into a
+# failure.
 ENGINE_LOG := $(VENV)/engine-setup.log
+VERIFIERS_LOG := $(VENV)/verifiers-setup.log
 test: setup $(MODEL_STAMP)
 	bash scripts/setup_engine.sh $(ENGINE_VENV) > $(ENGINE_LOG) 2>&1 & engine=$$!; \
+	bash envs/verifiers/setup_venv.sh > $(VERIFIERS_LOG) 2>&1 & verifiers=$$!; \
 	bash scripts/setup_docker.sh && bash scripts/setup_browser.sh && bash scripts/setup_postgres.sh; \
 	rc=$$?; if ! wait $$engine; then tail -n 40 $(ENGINE_LOG); \
 	  echo "make test: the engine venv did not build (scripts/setup_engine.sh; log $(ENGINE_LOG))"; exit 1; fi; \
-	cat $(ENGINE_LOG); exit $$rc
-	# The verifiers kind's venv (verifiers pins openai<3; about 100 s and 860 MB the first time)
-	bash envs/verifiers/setup_venv.sh
+	if ! wait $$verifiers; then tail -n 40 $(VERIFIERS_LOG); \
+	  echo "make test: the verifiers venv did not build (envs/verifiers/setup_venv.sh; log $(VERIFIERS_LOG))"; exit 1; fi; \
+	cat $(ENGINE_LOG) $(VERIFIERS_LOG); exit $$rc
 	ROLLFORGE_REQUIRE_ENGINE=1 ROLLFORGE_TEST_PREFECT_SERVER=1 $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
 
 test-fast: setup
