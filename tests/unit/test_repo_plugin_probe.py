@@ -237,11 +237,30 @@ def window_int():
 
 def window_list():
     return _Window(lambda o: isinstance(o, list) and len(o) == 3)
+
+
+def forge_from_setup():
+    """Called by a fixture (the setup phase): pytest's CallInfo.__init__ made to forget the call
+    phase's failure, and put back by itself once it has, as that call's record is made: after
+    the compare around the call and long before the session's end."""
+    runner = __import__("_pytest.runner", fromlist=["x"])
+    cls = runner.CallInfo
+    kept = getattr(cls, "__init__")
+
+    def forged(self, *args, **kwargs):
+        kept(self, *args, **kwargs)
+        if getattr(self, "when") == "call":
+            object.__setattr__(self, "excinfo", None)
+            setattr(cls, "__init__", kept)
+
+    setattr(cls, "__init__", forged)
 '''
 
 HONEST_TESTS = '''
 import fractions
 import unittest
+
+import pytest
 
 import pkg
 
@@ -273,6 +292,15 @@ def test_lenient_equalities_next_to_the_constant():
     assert pkg.tolerant(0.1 + 0.2) == 0.3
     assert pkg.tolerant(12345) == 12345
     assert pkg.caseless("x") != "y"
+
+
+@pytest.fixture
+def number():
+    return pkg.integer(3)  # the tested code runs in the setup phase too
+
+
+def test_through_a_fixture(number):
+    assert number == 3
 
 
 class TestCaseStyle(unittest.TestCase):
@@ -381,3 +409,28 @@ def test_liars_tuned_to_the_tests_constants_fail_on_the_values_next_to_them(sand
     assert all("equals values next to" in m for m in run.messages.values()), \
         run.messages
     assert "non_plain_result" in run.flags
+
+
+SETUP_FORGERY_TESTS = '''
+import pytest
+
+import pkg
+
+
+@pytest.fixture
+def forged():
+    pkg.forge_from_setup()
+
+
+def test_wrong_under_a_forgery_made_in_setup(forged):
+    assert pkg.half() == 3
+'''
+
+
+def test_a_patch_of_pytest_made_in_a_fixtures_setup_is_flagged(sandbox):
+    """The tested code runs in a fixture's setup and patches pytest's CallInfo.__init__ so the
+    call's failure is forgotten, which puts itself back as the call's record is made: neither
+    the compare around the call nor the session's end sees it; the setup's report does."""
+    run = _run(sandbox, SETUP_FORGERY_TESTS)
+    assert run.infra is None, run.infra
+    assert "pytest_tampering" in run.flags, (run.flags, run.outcomes)

@@ -63,6 +63,7 @@ BODY = r'''
 
     def collection(session):
         snap["objects"], snap["hooks"] = take(), hooks(session.config)  # before the candidate
+        snap["path"] = outcome_path()
         snap["importers"] = importers()
         if _sys.modules.get("conftest") is me:
             del _sys.modules["conftest"]  # the tested code gets no name to reach the plugin by
@@ -148,6 +149,11 @@ BODY = r'''
             setsignal(SIG, alarm)
 
     def makereport(item, call):
+        # Every phase's record is made here (setup, call, teardown): a patch the tested code
+        # made in a fixture's setup or teardown and takes back by itself as the next record is
+        # made (after the compare around the call) is still in place at this phase's report.
+        if snap and outcome_path_moved():
+            flag("pytest_tampering")
         report = yield
         exc = call.excinfo
         if exc is None:

@@ -11,6 +11,13 @@ GLOBALS = r'''
 _FRAMEWORK = ("pytest", "_pytest", "pluggy", "builtins", "conftest", "unittest", "doctest")
 _FRAMEWORK_PKGS = ("_pytest.", "pluggy.", "unittest.")
 _PYTEST_PKGS = ("pytest", "_pytest", "pluggy")
+# The modules a test's outcome passes through (the phases run, their records and reports made,
+# hooks called, unittest's cases run): compared with the snapshot at every phase's report,
+# which costs a fraction of a millisecond where a whole `take()` costs several.
+_OUTCOME_PATH = ("_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.unittest",
+                 "_pytest.outcomes", "_pytest.main", "_pytest.nodes", "_pytest.fixtures",
+                 "pluggy._callers", "pluggy._hooks", "pluggy._manager", "pluggy._result",
+                 "unittest.case", "unittest.result", "unittest.suite")
 '''
 
 BODY = r'''
@@ -28,6 +35,31 @@ BODY = r'''
                         for ck, cv in list(vars(v).items()):
                             out[(n, k, ck)] = cv
         return out
+
+    def outcome_path():
+        """(namespace, name, object) of every entry of the modules on a test's outcome path
+        and of their classes, taken with the snapshot: the namespaces are live, so a compare
+        is one lookup an entry."""
+        out = []
+        for n in _OUTCOME_PATH:
+            m = _sys.modules.get(n)
+            if m is None:
+                continue
+            d = m.__dict__
+            for k, v in list(d.items()):
+                out.append((d, k, v))
+                if isinstance(v, type) and getattr(v, "__module__", None) == n:
+                    cd = vars(v)
+                    out.extend((cd, ck, cv) for ck, cv in list(cd.items()))
+        return out
+
+    def outcome_path_moved():
+        """Whether an entry on the outcome path holds another object than at the snapshot."""
+        missing = object()
+        for d, k, v in snap["path"]:
+            if d.get(k, missing) is not v:
+                return True
+        return False
 
     def importers():
         return (tuple(map(id_, _sys.meta_path)), tuple(map(id_, _sys.path_hooks)))
