@@ -182,7 +182,7 @@ if __name__ == "__main__":  # `python -m training.engine --warm-up`: build DeepS
         sys.exit("usage: python -m training.engine --warm-up")
     # Into the cache the runs load it from (one per Python environment), not the user's shared
     # one: otherwise a fresh set-up's first run compiles it again, a minute without a word.
-    from flows.env import apply_defaults  # noqa: PLC0415
+    from training.env import apply_defaults  # noqa: PLC0415
 
     apply_defaults()
     setup_distributed()

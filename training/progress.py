@@ -7,7 +7,7 @@ Two outputs, at two rates:
   `interval_s` + 1 s, from a heartbeat thread, even when one unit of work takes longer than
   that (a sampling batch on a loaded machine); a last one when it ends. Work done within
   `interval_s` says nothing (a run has many short sampling and rollout phases). The flows list
-  this logger in PREFECT_LOGGING_EXTRA_LOGGERS (flows/env.py), so its records are in the
+  this logger in PREFECT_LOGGING_EXTRA_LOGGERS (training/env.py), so its records are in the
   Prefect run's logs.
 - the terminal (stderr): on a TTY, after `quiet_s` (1 s), one line redrawn in place (a bar,
   carriage return) a few times a second; otherwise each logged line, in the shape of the

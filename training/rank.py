@@ -70,7 +70,7 @@ def _rank_main() -> int:
     # terminal (or its Dask worker's log).
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from flows.env import apply_defaults
+    from training.env import apply_defaults
 
     apply_defaults()
     import torch

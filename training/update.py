@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--local_rank", type=int, default=None, help="set by the deepspeed launcher")
     args = parser.parse_args(argv)
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    from flows.env import apply_defaults
+    from training.env import apply_defaults
 
     apply_defaults()
     from training import engine
