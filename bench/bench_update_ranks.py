@@ -29,6 +29,7 @@ from flows.env import apply_defaults  # noqa: E402
 
 apply_defaults()
 from flows.config import load_config  # noqa: E402
+from flows.rollouts import launcher_vars  # noqa: E402
 from training.config import SFTConfig  # noqa: E402
 from training.group import TrainerGroup, combine  # noqa: E402
 from training.trainer import RLSample, sft_warm_start  # noqa: E402
@@ -103,7 +104,7 @@ def main() -> None:
             with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                               host="127.0.0.1", dashboard_address=None) as cluster, \
                     Client(cluster) as client:
-                g = TrainerGroup(2, client)
+                g = TrainerGroup(2, client, launcher_vars=launcher_vars())
                 g.run(jobs.next())
                 for _ in range(args.repeats):
                     replies, sec = _timed(lambda: g.run(jobs.next()))

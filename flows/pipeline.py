@@ -17,7 +17,7 @@ from flows import sampler, stages
 from flows.config import RunConfig
 from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
-from flows.rollouts import dask_client
+from flows.rollouts import dask_client, launcher_vars
 from flows.staging import _has_checkpoint, _stage
 from flows.warm_start import agent_demos, dataset_pairs, probe_fn
 from storage import registry, trajectories
@@ -161,7 +161,8 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
     here = trainer_group.runs_here(cfg.rl, client)
     with (torch_threads.budget(cfg.threads.torch) if here else nullcontext({})) as chosen:
         out = trainer_group.update(cfg.run_dir, version, samples, cfg.policy, cfg.rl,
-                                   cfg.sampling.temperature, cfg.seed, replay, client=client)
+                                   cfg.sampling.temperature, cfg.seed, replay, client=client,
+                                   launcher_vars=launcher_vars() if client else ())
     return {**out, **chosen, "train/stage_seconds": time.perf_counter() - t0}
 
 

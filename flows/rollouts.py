@@ -50,6 +50,14 @@ def dask_client(address: str | None, n_workers: int, threads_per_worker: int):
         return client
 
 
+def launcher_vars() -> tuple[str, ...]:
+    """The variables a Dask nanny sets for its worker's tasks (BLAS threads, malloc trimming):
+    the trainer group's ranks on the workers are started without them."""
+    import dask
+
+    return tuple(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+
+
 def cluster_description(client) -> str:
     """One line for the logs: scheduler, workers x threads, and the dashboard link."""
     info = client.scheduler_info()

@@ -55,8 +55,7 @@ from typing import Sequence
 from training.rank import (ADDR_ENV, FAULT_ENV, KEY_ENV,  # noqa: F401  (FAULT_ENV: tests set it)
                            NICE_ENV)
 # How a rank process starts, here or on a Dask worker (the tests reach these through group).
-from training.rank_spawn import (_SPAWNED, _base_env, _end, _host_of,  # noqa: F401
-                                 _kill, _popen, _spawn, _worker_facts)
+from training import rank_spawn
 OVERLAP_NICE = 19  # the CPU priority of local ranks beside the sampler (rl.overlap)
 START_TIMEOUT_S = 900.0  # imports + process-group rendezvous; slow on a loaded 2-core machine
 # A rank answers the key challenge as soon as it connects (its imports come after); a client that
@@ -80,7 +79,7 @@ def resolve_processes(processes: int | str, client=None) -> int:
 
         return max(1, torch.cuda.device_count())
     hosts: dict[str, int] = {}
-    for facts in client.run(_worker_facts).values():
+    for facts in client.run(rank_spawn.worker_facts).values():
         hosts[facts["host"]] = max(hosts.get(facts["host"], 0), facts["gpus"])
     return max(1, sum(hosts.values()))
 
@@ -120,7 +119,7 @@ def plan(world: int, client=None, share: float = 1.0) -> list[Slot]:
     if client is None:
         threads = _rank_threads(world, share=share)
         return [Slot(None, "127.0.0.1", r, world, threads) for r in range(world)]
-    facts = client.run(_worker_facts)
+    facts = client.run(rank_spawn.worker_facts)
     if not facts:
         raise RankFailure("rl.placement='dask': the Dask cluster has no workers")
     workers = sorted(facts)
@@ -139,10 +138,16 @@ def plan(world: int, client=None, share: float = 1.0) -> list[Slot]:
 
 
 def _reachable_ip(client) -> str:
-    """This machine's address on the route to the scheduler (loopback for a local cluster)."""
-    from distributed.utils import get_ip
-
-    return get_ip(_host_of(client.scheduler.address))
+    """This machine's address on the route to the scheduler (loopback for a local cluster):
+    what a UDP socket connected towards it is bound to (nothing is sent)."""
+    host = rank_spawn.host_of(client.scheduler.address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((host, 80))
+            return s.getsockname()[0]
+        except OSError:  # no route: the scheduler is this machine's
+            return "::1" if family == socket.AF_INET6 else "127.0.0.1"
 
 
 # ---- the supervisor ----------------------------------------------------------------------
@@ -152,13 +157,16 @@ class TrainerGroup:
     `run(job)`."""
 
     def __init__(self, world: int, client=None, start_timeout_s: float = START_TIMEOUT_S,
-                 share: float = 1.0, nice: int = 0):
+                 share: float = 1.0, nice: int = 0, launcher_vars: Sequence[str] = ()):
         if world < 1:
             raise ValueError(f"rl.processes={world}: expected at least 1")
         self.world = world
         self.client = client
         self.share, self.nice = share, nice
         self.placement = "local" if client is None else "dask"
+        # What the cluster's worker launcher sets for its own tasks (a Dask nanny's
+        # `distributed.nanny.pre-spawn-environ`, read by the flow): not a rank's to inherit.
+        self.launcher_vars = tuple(launcher_vars)
         self.key = (world, None if client is None else client.scheduler.address, share, nice)
         self.jobs = 0  # jobs this group has finished (resident: one per iteration)
         # Set while a job is out: a wait cut short (a stage deadline, Ctrl-C) leaves the ranks
@@ -196,19 +204,16 @@ class TrainerGroup:
                 for r, s in enumerate(self.slots)]
         try:
             if self.client is None:
-                base = _base_env()
-                self.procs = [_popen({**base, **e}) for e in envs]
+                base = rank_spawn.base_env()
+                self.procs = [rank_spawn.popen({**base, **e}) for e in envs]
             else:
-                import dask
-
-                keys = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
-                tuned = {k: os.environ[k] for k in keys if k in os.environ}
+                tuned = {k: os.environ[k] for k in self.launcher_vars if k in os.environ}
                 by_worker: dict[str, list[int]] = {}
                 for r, s in enumerate(self.slots):
                     by_worker.setdefault(s.worker, []).append(r)
                 for w, ranks in by_worker.items():
-                    pids = self.client.run(_spawn, [envs[r] for r in ranks], tuned,
-                                           workers=[w])[w]
+                    pids = self.client.run(rank_spawn.spawn, [envs[r] for r in ranks], tuned,
+                                           self.launcher_vars, workers=[w])[w]
                     self.remote[w] = pids
             self.conns = self._connect(server, authkey, timeout_s)
         finally:
@@ -333,10 +338,10 @@ class TrainerGroup:
                         c.recv_bytes()
                 except (EOFError, OSError):
                     pass
-        _end(self.procs)
+        rank_spawn.end(self.procs)
         for w, pids in self.remote.items():
             try:
-                self.client.run(_kill, pids, workers=[w])
+                self.client.run(rank_spawn.kill, pids, workers=[w])
             except Exception:  # the worker is gone, and its ranks with it (they watch it)
                 pass
         for c in self.conns:
@@ -388,10 +393,11 @@ _GROUP: TrainerGroup | None = None
 STARTS = {"count": 0}  # groups started by this process (a restart after a failure counts)
 
 
-def group_of(world: int, client=None, share: float = 1.0, nice: int = 0) -> TrainerGroup:
+def group_of(world: int, client=None, share: float = 1.0, nice: int = 0,
+             launcher_vars: Sequence[str] = ()) -> TrainerGroup:
     """The resident group of `world` ranks placed by `client` (None: local), local ranks on
-    `share` of the cores: the running one, or a fresh one (after a failure, or when the rank
-    count, cluster or share changed)."""
+    `share` of the cores (`launcher_vars`: as `TrainerGroup`'s): the running one, or a fresh
+    one (after a failure, or when the rank count, cluster or share changed)."""
     global _GROUP
     key = (world, None if client is None else client.scheduler.address, share, nice)
     if _GROUP is not None and (_GROUP.key != key or not _GROUP.usable()):
@@ -400,7 +406,8 @@ def group_of(world: int, client=None, share: float = 1.0, nice: int = 0) -> Trai
     if _GROUP is None:
         if not STARTS["count"]:  # a caller outside the flow may never call close_group
             atexit.register(close_group)
-        _GROUP = TrainerGroup(world, client, share=share, nice=nice)
+        _GROUP = TrainerGroup(world, client, share=share, nice=nice,
+                              launcher_vars=launcher_vars)
         STARTS["count"] += 1
     return _GROUP
 
@@ -437,11 +444,12 @@ def runs_here(rl, client=None) -> bool:
 
 
 def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperature: float,
-           seed: int, replay: Sequence[tuple[str, str]] = (), client=None) -> dict:
+           seed: int, replay: Sequence[tuple[str, str]] = (), client=None,
+           launcher_vars: Sequence[str] = ()) -> dict:
     """One RL update (version -> version + 1) on `rl.processes` ranks: in this process for one
     (today's path, unchanged), on the resident group for more or with `rl.overlap`, placed by
-    `rl.placement` (with `dask`, on the workers of `client`). Same arguments as
-    `grpo_update`."""
+    `rl.placement` (with `dask`, on the workers of `client`, whose launcher sets
+    `launcher_vars` for its own tasks). Same arguments as `grpo_update`."""
     from training import threads
 
     client = client if rl.placement == "dask" else None
@@ -455,7 +463,8 @@ def update(run_dir: str, version: int, samples: Sequence, policy, rl, temperatur
     # Beside the sampler (rl.overlap) local ranks get half the cores, and the lowest CPU
     # priority: the rollouts' sandboxes share those cores with them and are the loop's
     # critical path, while the update has the whole collection's time to finish.
-    group = group_of(world, client, *((0.5, OVERLAP_NICE) if rl.overlap else (1.0, 0)))
+    group = group_of(world, client, *((0.5, OVERLAP_NICE) if rl.overlap else (1.0, 0)),
+                     launcher_vars=launcher_vars)
     here = sum(s.threads for s in group.slots if s.worker is None)
     job = {"run_dir": str(Path(run_dir).resolve()), "version": int(version),
            "samples": [asdict(s) for s in samples], "policy": policy.model_dump(),

@@ -8,7 +8,8 @@ import threading
 import pytest
 
 from flows.config import ConfigError, load_config
-from training import group
+from flows.rollouts import launcher_vars
+from training import group, rank_spawn
 from training.config import RLConfig
 
 
@@ -150,7 +151,7 @@ class _Facts:
         self.facts = facts
 
     def run(self, fn, *args, **kwargs):
-        assert fn is group._worker_facts
+        assert fn is rank_spawn.worker_facts
         return self.facts
 
 
@@ -213,7 +214,7 @@ def threads_cluster():
 
 def test_ranks_on_dask_workers_run_jobs_and_a_death_shuts_the_group(fake_ranks, threads_cluster):
     client = threads_cluster
-    g = group.TrainerGroup(2, client, start_timeout_s=60)
+    g = group.TrainerGroup(2, client, start_timeout_s=60, launcher_vars=launcher_vars())
     try:
         assert g.placement == "dask" and not g.procs
         assert sorted(g.remote) == sorted(client.scheduler_info()["workers"])
@@ -221,11 +222,11 @@ def test_ranks_on_dask_workers_run_jobs_and_a_death_shuts_the_group(fake_ranks, 
         second = g.run({"version": 1})
         assert [r["metrics"]["pid"] for r in first] == [r["metrics"]["pid"] for r in second]
         pids = [r["metrics"]["pid"] for r in first]
-        assert set(pids) == set(group._SPAWNED)  # started by the workers, in their process
+        assert set(pids) == set(rank_spawn.SPAWNED)  # started by the workers, in their process
         with pytest.raises(group.RankFailure, match="rank 1 of 2 died during the update of "
                                                     "version 2 .*Dask worker tcp://"):
             g.run({"version": 2, "die": 1})
-        assert not g.alive() and not group._SPAWNED  # the survivor killed, both reaped
+        assert not g.alive() and not rank_spawn.SPAWNED  # the survivor killed, both reaped
     finally:
         g.close(force=True)
 
@@ -234,7 +235,7 @@ def test_a_stranger_without_the_key_cannot_join_the_group(fake_ranks, monkeypatc
     """The listener takes only connections that prove the group's key."""
     from multiprocessing.connection import Client
 
-    real_popen = group._popen
+    real_popen = rank_spawn.popen
 
     refused = []
 
@@ -253,7 +254,7 @@ def test_a_stranger_without_the_key_cannot_join_the_group(fake_ranks, monkeypatc
 
     knockers = []
 
-    monkeypatch.setattr(group, "_popen", popen_and_knock)
+    monkeypatch.setattr(rank_spawn, "popen", popen_and_knock)
     g = group.TrainerGroup(2, start_timeout_s=60)
     try:
         assert [r["metrics"]["version"] for r in g.run({"version": 7})] == [7, 7]
@@ -269,7 +270,7 @@ def _silent_client_first(monkeypatch, held: list):
     (as anything on the network could with `rl.placement: dask`): the first in the backlog."""
     import socket
 
-    real_popen = group._popen
+    real_popen = rank_spawn.popen
 
     def popen_after_a_silent_client(env):
         if not held:
@@ -277,7 +278,7 @@ def _silent_client_first(monkeypatch, held: list):
             held.append(socket.create_connection((host, int(port))))
         return real_popen(env)
 
-    monkeypatch.setattr(group, "_popen", popen_after_a_silent_client)
+    monkeypatch.setattr(rank_spawn, "popen", popen_after_a_silent_client)
 
 
 def _start_in_thread(*args, **kwargs) -> tuple[threading.Thread, dict]:
