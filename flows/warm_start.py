@@ -49,7 +49,7 @@ def agent_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
     from flows.episodes import build_demos  # noqa: PLC0415
     from envs.io.families.edges import first_attempts  # noqa: PLC0415
     from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
-    from training.policy import _split_gguf  # noqa: PLC0415
+    from training.pretrained import split_gguf  # noqa: PLC0415
 
     p = cfg.policy
     if p.model_path is None:
@@ -57,7 +57,7 @@ def agent_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
     else:
         from training.pretrained import resolve  # noqa: PLC0415
 
-        folder, gguf = _split_gguf(resolve(p.model_path))
+        folder, gguf = split_gguf(resolve(p.model_path))
         tok = load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
     demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
     pc = env.config.procedural

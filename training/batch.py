@@ -5,10 +5,31 @@ observations between them; its `completion_mask` (1 = policy token, 0 = environm
 training/episodes.py) keeps the environment's tokens out of every loss."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class RLSample:
+    """One rollout as the update sees it."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    old_logprobs: list[float]  # [T] sampling log-probs of completion_ids
+    advantage: float
+    reward: float = math.nan  # needed by rl.algorithm="rloo" (advantages recomputed)
+    group_id: str | int | None = None  # completions of one prompt share it (rloo)
+    token_advantages: list[float] | None = None  # [T] per-token advantages (rl.algorithm="ppo")
+    completion_mask: list[int] | None = None  # [T] 1 = policy token, 0 = environment token
+    # (a multi-turn episode's observations; training/episodes.py); None: all policy tokens
+    version: int | None = None  # the policy version that sampled it; None: the update's own
+    # old_logprobs came from another engine (vLLM): other kernels, maybe another precision, so
+    # the update takes its ratio against its own starting log-probs and weights each token by
+    # pi_start/pi_sampler, truncated (as for an older version's samples; verl's TIS)
+    engine_sampled: bool = False
 
 
 @dataclass

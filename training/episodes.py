@@ -19,7 +19,7 @@ from typing import Sequence
 import torch
 
 from training import threads
-from training.generate import Sample, _sample_batch
+from training.generate import Sample, sample_batch
 from training.progress import Progress
 
 OBS_OPEN, OBS_CLOSE = "<obs>\n", "\n</obs>\n"
@@ -152,8 +152,8 @@ def sample_actions(model, contexts: list[list[int]], max_new_tokens: int, temper
     for start in range(0, len(contexts), batch_size):
         if start:  # a stage's later batches follow a neighbour (or an overlapped update) that
             threads.retune()  # came or went since it started
-        out.extend(_sample_batch(model, contexts[start:start + batch_size], max_new_tokens,
-                                 temperature, top_p, greedy, generator, True, tok, tuple(stop)))
+        out.extend(sample_batch(model, contexts[start:start + batch_size], max_new_tokens,
+                                temperature, top_p, greedy, generator, True, tok, tuple(stop)))
         if progress is not None:
             progress.update(len(out))
     model.train(was_training)

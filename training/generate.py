@@ -56,8 +56,8 @@ def sample(model, prompts: list[str], max_new_tokens: int, temperature: float = 
     out: list[Sample] = []
     for start in range(0, len(prompts), batch_size):
         chunk = [tok.encode_prompt(p) for p in prompts[start:start + batch_size]]
-        out.extend(_sample_batch(model, chunk, max_new_tokens, temperature, top_p, greedy,
-                                 generator, use_cache, tok, tuple(stop)))
+        out.extend(sample_batch(model, chunk, max_new_tokens, temperature, top_p, greedy,
+                                generator, use_cache, tok, tuple(stop)))
     model.train(was_training)
     return out
 
@@ -82,8 +82,10 @@ def _keeps_logits(model) -> bool:
     return big and "logits_to_keep" in inspect.signature(base.forward).parameters
 
 
-def _sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, generator,
-                  use_cache, tok, stop=()) -> list[Sample]:
+def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, generator,
+                 use_cache, tok, stop=()) -> list[Sample]:
+    """One batch of prompts sampled together, left-padded (`generate` and the episodes' turns
+    split their prompts into these)."""
     device = next(model.parameters()).device
     ids, mask = _left_pad(prompt_ids, tok.pad_token_id)
     ids, mask = ids.to(device), mask.to(device)

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import torch
 
+from training.pretrained import load_pretrained
+from training.tokenizer import TOKENIZER_ATTR, load_tokenizer
+
 BASE_FILE = "rollforge_base.json"
 BASE_ATTR = "rollforge_base"  # the base model's `policy.model_path`, carried on the policy
 ADAPTERS_OFF = "adapters-off"  # the KL reference: the policy itself, adapters disabled
@@ -35,7 +38,6 @@ def apply_lora(model, cfg):
     `cfg.lora_targets`; only the adapters train."""
     from peft import LoraConfig, get_peft_model  # noqa: PLC0415
 
-    from training.policy import TOKENIZER_ATTR  # noqa: PLC0415
 
     targets = cfg.lora_targets
     lcfg = LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -65,8 +67,6 @@ def load_adapter_policy(path: str):
     saved adapter, trainable."""
     from peft import PeftModel  # noqa: PLC0415
 
-    from training.policy import TOKENIZER_ATTR, load_pretrained  # noqa: PLC0415
-    from training.tokenizer import load_tokenizer  # noqa: PLC0415
 
     base = base_path(path)
     if not base:
@@ -83,7 +83,6 @@ def load_adapter_policy(path: str):
 
 def merged(model):
     """A plain Hugging Face model with the adapter folded into its weights (W + B A * alpha/r)."""
-    from training.policy import TOKENIZER_ATTR  # noqa: PLC0415
 
     tok = getattr(model, TOKENIZER_ATTR, None)
     plain = model.merge_and_unload()

@@ -3,16 +3,11 @@ log-probs of each sample (pi_start, the proximal policy of AReaL's decoupled PPO
 et al. 2025) and the truncated importance weight pi_start / pi_sampler per token."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
-from training.batch import make_batch, token_logprobs
+from training.batch import RLSample, make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig
 from training.lora import autocast
-
-if TYPE_CHECKING:
-    from training.trainer import RLSample
 
 
 def completion_values(logp: torch.Tensor, row: int, s: RLSample) -> list[float]:

@@ -21,6 +21,13 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from training.tokenizer import (TOKENIZER_ATTR, ByteTokenizer, HFTokenizer, load_tokenizer,
+                                save_tokenizer)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 MODEL_FILE = "rollforge_model.json"  # written last into a converted folder: it marks it finished
 
@@ -110,8 +117,6 @@ def convert(name_or_gguf: str, out: str | Path | None = None, overwrite: bool = 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        from training.tokenizer import HFTokenizer, save_tokenizer  # noqa: PLC0415
-
         model.save_pretrained(str(tmp), safe_serialization=True)
         save_tokenizer(HFTokenizer(tok, chat_template=True), str(tmp))
         info = {"name": name, "source": str(src), "source_bytes": src.stat().st_size,
@@ -151,3 +156,40 @@ def _load_gguf(src: Path):
             except AttributeError:  # a read-only property derived from hf_quantizer
                 pass
     return model, tok
+
+
+def split_gguf(path: str) -> tuple[str, str | None]:
+    """A model path as (folder, GGUF file name in it or None)."""
+    p = Path(path)
+    if p.suffix == ".gguf":
+        return str(p.parent), p.name
+    return str(p), None
+
+
+def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedModel:
+    """Any local causal LM: a Hugging Face directory, or a .gguf file (dequantised by
+    transformers into a float model), or a known short name (`KNOWN`: its converted Hugging
+    Face folder, converted on first use). Nothing is downloaded."""
+    from transformers import AutoConfig, AutoModelForCausalLM  # noqa: PLC0415
+
+    model_path = resolve(model_path)
+    if not Path(model_path).exists():
+        raise FileNotFoundError(f"policy.model_path={model_path!r} does not exist (expected a local "
+                                "Hugging Face model directory, a .gguf file, or a known model: "
+                                f"{', '.join(sorted(KNOWN))})")
+    folder, gguf = split_gguf(model_path)
+    kwargs = {"gguf_file": gguf} if gguf else {}
+    if gguf:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, **kwargs)
+        # transformers maps a GPT-2 GGUF's context_length to `n_ctx`, but GPT2Config sizes the
+        # position table by `n_positions` (default 1024): keep the file's.
+        if getattr(config, "model_type", "") == "gpt2" and getattr(config, "n_ctx", None):
+            config.n_positions = config.n_ctx
+        kwargs["config"] = config
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, **kwargs)
+    tok = load_tokenizer(folder, gguf_file=gguf, chat_template=chat_template)
+    if tok.kind == "byte" and model.config.vocab_size < ByteTokenizer.vocab_size:
+        raise ValueError(f"policy.model_path={model_path!r} has no tokenizer files and a vocabulary "
+                         f"of {model.config.vocab_size} < 259 (the byte tokenizer's)")
+    setattr(model, TOKENIZER_ATTR, tok)
+    return model

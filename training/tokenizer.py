@@ -32,6 +32,16 @@ class ByteTokenizer:
         return [self.pad_token_id, self.bos_token_id]
 
 
+
+TOKENIZER_ATTR = "rollforge_tokenizer"  # the attribute a policy model carries its tokenizer in
+
+
+def tokenizer_of(model):
+    """The tokenizer attached to a policy (the byte tokenizer for models built elsewhere)."""
+    module = getattr(model, "module", model)  # a DeepSpeed engine wraps the model
+    return getattr(module, TOKENIZER_ATTR, None) or ByteTokenizer()
+
+
 class HFTokenizer:
     """A Hugging Face tokenizer seen through the byte tokenizer's interface.
 

@@ -10,7 +10,6 @@ import math
 import random
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -20,7 +19,7 @@ import torch
 from rewards.advantages import advantages_for
 from training import checkpoints, memory, threads
 from training import engine as eng
-from training.batch import make_batch, token_logprobs
+from training.batch import RLSample, make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
 from training.episodes import policy_token_units
 from training.lora import ADAPTERS_OFF, autocast, prepare_for_training, reference_view
@@ -29,26 +28,6 @@ from training.microbatch import loss_units, plan_update
 from training.offpolicy import LogprobGap, completion_values, starting_logprobs, truncated_is
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
 from training.progress import Progress
-
-
-@dataclass(frozen=True)
-class RLSample:
-    """One rollout as the update sees it."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    old_logprobs: list[float]  # [T] sampling log-probs of completion_ids
-    advantage: float
-    reward: float = math.nan  # needed by rl.algorithm="rloo" (advantages recomputed)
-    group_id: str | int | None = None  # completions of one prompt share it (rloo)
-    token_advantages: list[float] | None = None  # [T] per-token advantages (rl.algorithm="ppo")
-    completion_mask: list[int] | None = None  # [T] 1 = policy token, 0 = environment token
-    # (a multi-turn episode's observations; training/episodes.py); None: all policy tokens
-    version: int | None = None  # the policy version that sampled it; None: the update's own
-    # old_logprobs came from another engine (vLLM): other kernels, maybe another precision, so
-    # the update takes its ratio against its own starting log-probs and weights each token by
-    # pi_start/pi_sampler, truncated (as for an older version's samples; verl's TIS)
-    engine_sampled: bool = False
 
 
 def _lr_at(step: int, total: int, lr: float, warmup: int) -> float:
