@@ -19,6 +19,12 @@ import secrets
 import signal
 import time
 
+# The shell that starts an execution: it writes its own pid into each cgroup's procs file named
+# before `--` (so the execution and all it forks are counted from their first instruction), then
+# execs the command after it.
+LAUNCH = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "rollforge-launch: cannot join '
+          'cgroup $1" >&2; exit 125; }; shift; done; shift; exec "$@"')
+
 V1_ROOT = "/sys/fs/cgroup"
 _counter = itertools.count()
 # Most a group may hold charged after a run and still serve the next (kernel memory of a few

@@ -34,8 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping, Sequence
 
 from sandbox.base import ExecResult, Limits, verdict
-from sandbox.process import _give_to
-from sandbox.workspace import check_relpath, collect_files, workspace_base, write_files
+from sandbox.workspace import check_relpath, collect_files, give_to, workspace_base, write_files
 from sandbox.zygote_host import START_S, Zygote, ZygoteError, sweep_spools
 
 if TYPE_CHECKING:
@@ -258,7 +257,7 @@ class ForkServer:
             uid = 2_000_000 + secrets.randbelow(1_000_000_000)
             try:
                 write_files(z.ws, files)
-                _give_to(z.ws, uid)
+                give_to(z.ws, uid)
             except OSError as exc:
                 raise ZygoteError(f"workspace: {exc}") from None
             if h.memory_cgroup or h.pids_cgroup:

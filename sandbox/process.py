@@ -35,16 +35,13 @@ from typing import Mapping, Sequence
 
 from sandbox.base import BaseTree, ExecResult, Limits, verdict
 from sandbox.capture import run_capped
-from sandbox.cgroups import ExecGroup
+from sandbox.cgroups import LAUNCH, ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
-from sandbox.workspace import check_relpath, collect_files, make_workspace, remove_tree, write_files
+from sandbox.workspace import (SANDBOX_ENV, check_relpath, collect_files, give_to, make_workspace,
+                               remove_tree, write_files)
 
 log = logging.getLogger(__name__)
 
-_LAUNCH = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "rollforge-launch: cannot join '
-           'cgroup $1" >&2; exit 125; }; shift; done; shift; exec "$@"')
-_SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
-                "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
 _LAUNCHER_PROCS = 3  # sh→prlimit→bwrap (outer) and bwrap's init: not the execution's own
 FORK_SERVER_ENV = "ROLLFORGE_FORK_SERVER"  # "0" turns the fast path off everywhere (A/B runs)
 _fallback_noted: set[str] = set()
@@ -233,7 +230,7 @@ class ProcessSandbox:
                 rl.append(f"--nproc={limits.pids}")
             inner = rl + ["--", *inner]
         if group is not None:
-            inner = ["/bin/sh", "-c", _LAUNCH, "rollforge-launch", *group.procs_files(), "--",
+            inner = ["/bin/sh", "-c", LAUNCH, "rollforge-launch", *group.procs_files(), "--",
                      *inner]
         return inner
 
@@ -278,7 +275,7 @@ class ProcessSandbox:
                 uid = None
                 if self.host.setpriv:
                     uid = 2_000_000 + secrets.randbelow(1_000_000_000)
-                    _give_to(workdir, uid)
+                    give_to(workdir, uid)
                 if self.host.memory_cgroup or self.host.pids_cgroup:
                     group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
                                       limits.pids + _LAUNCHER_PROCS if self.host.pids_cgroup
@@ -296,8 +293,8 @@ class ProcessSandbox:
                     w_fd = None
 
             try:
-                cap = run_capped(cmd, cwd=workdir, env=dict(_SANDBOX_ENV, HOME=workdir)
-                                 if not self.host.bwrap else dict(_SANDBOX_ENV),
+                cap = run_capped(cmd, cwd=workdir, env=dict(SANDBOX_ENV, HOME=workdir)
+                                 if not self.host.bwrap else dict(SANDBOX_ENV),
                                  stdin=stdin, timeout_s=limits.timeout_s,
                                  output_bytes=limits.output_bytes,
                                  pass_fds=(w_fd,) if w_fd is not None else (),
@@ -367,15 +364,6 @@ def _base_binds(workdir: str, base: BaseTree, files: Mapping[str, object],
         os.close(os.open(os.path.join(workdir, rel), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         args += ["--ro-bind", os.path.join(base.root, rel), os.path.join(mount, rel)]
     return args
-
-
-def _give_to(workdir: str, uid: int) -> None:
-    """Make the workspace the private uid's own, and nobody else's."""
-    for dirpath, dirnames, filenames in os.walk(workdir):
-        os.lchown(dirpath, uid, uid)
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-    os.chmod(workdir, 0o700)
 
 
 def _read_status(fd: int) -> list[dict]:

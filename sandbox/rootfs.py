@@ -43,7 +43,7 @@ from typing import Iterator, Mapping
 
 from sandbox.base import ExecResult, Limits, verdict
 from sandbox.capture import run_capped
-from sandbox.cgroups import ExecGroup
+from sandbox.cgroups import LAUNCH, ExecGroup
 from sandbox.probe import HostSupport, probe
 from sandbox.workspace import make_workspace, remove_tree
 
@@ -64,8 +64,6 @@ _SUPERVISOR = (
     'kill -KILL -1 2>/dev/null\n'
     'tail -c 4000 /tmp/.rf-out 2>/dev/null\n'
     f'printf "\\n{END} rc=%d survivors=%d\\n" "$rc" "$n"\n')
-_LAUNCH = ('while [ "$1" != -- ]; do echo $$ > "$1" || { echo "rollforge-launch: cannot join '
-           'cgroup $1" >&2; exit 125; }; shift; done; shift; exec "$@"')
 
 
 @dataclass(frozen=True)
@@ -359,7 +357,7 @@ class System:
                     rl.append(f"--nproc={limits.pids}")
                 cmd = rl + ["--", *cmd]
             if group is not None:
-                cmd = ["/bin/sh", "-c", _LAUNCH, "rollforge-launch", *group.procs_files(), "--",
+                cmd = ["/bin/sh", "-c", LAUNCH, "rollforge-launch", *group.procs_files(), "--",
                        *cmd]
         except OSError as exc:
             if group is not None:

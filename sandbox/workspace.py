@@ -12,6 +12,19 @@ from typing import Mapping, Sequence
 
 from sandbox.base import Status
 
+# The whole environment an execution starts with: none of the host's variables are passed on.
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/workspace", "TMPDIR": "/tmp",
+               "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+
+
+def give_to(workdir: str, uid: int) -> None:
+    """Make the workspace the private uid's own, and nobody else's."""
+    for dirpath, dirnames, filenames in os.walk(workdir):
+        os.lchown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+    os.chmod(workdir, 0o700)
+
 
 def workspace_base() -> str:
     """A tmpfs directory when one is writable (/dev/shm), else the system temp directory.

@@ -66,7 +66,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 try:  # in the repository; in the sandbox this file follows zygote_run.py in one source
-    from sandbox.zygote_run import _remember
+    from sandbox.zygote_run import remember
 except ImportError:
     pass
 
@@ -349,7 +349,7 @@ def _serve(config):
                 raise ValueError("expected run, got %r" % (req,))
             _supervise(chan, child, req)
             if req.get("remember"):
-                _remember(req["script"], binascii.a2b_base64(req["remember"]), mount)
+                remember(req["script"], binascii.a2b_base64(req["remember"]), mount)
     except BaseException as exc:  # a bad request or a broken channel: the host replaces us
         os.write(log, ("zygote failed: %s: %s\n" % (type(exc).__name__, exc)).encode())
         os._exit(70)

@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from sandbox.cgroups import ExecGroup, RecycledGroup
-from sandbox.process import _LAUNCH, _SANDBOX_ENV
-from sandbox.workspace import remove_tree
+from sandbox.cgroups import LAUNCH, ExecGroup, RecycledGroup
+from sandbox.workspace import SANDBOX_ENV, remove_tree
 
 if TYPE_CHECKING:
     from sandbox.process import ProcessSandbox
@@ -101,11 +100,11 @@ class Zygote:
                 sbx.python, "-I", "-B", *[f for f in self.flags if f not in ("-I", "-B")],
                 "-c", source, json.dumps(config)]
             if self.home is not None:
-                cmd = ["/bin/sh", "-c", _LAUNCH, "rollforge-launch", *self.home.procs_files(),
+                cmd = ["/bin/sh", "-c", LAUNCH, "rollforge-launch", *self.home.procs_files(),
                        "--", *cmd]
             with open(os.path.join(self.spool, "zygote.log"), "wb") as log_fh:
                 self.proc = subprocess.Popen(
-                    cmd, cwd=self.spool, env=dict(_SANDBOX_ENV), stdin=subprocess.PIPE,
+                    cmd, cwd=self.spool, env=dict(SANDBOX_ENV), stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=log_fh, pass_fds=(w_fd,),
                     start_new_session=True)
             os.close(w_fd)

@@ -133,7 +133,7 @@ _CODE = {}  # (file name, source bytes) -> code object, compiled here, inherited
 _CODE_MAX = 32
 
 
-def _remember(script, source, mount):
+def remember(script, source, mount):
     """Compile a script the host has seen before (a grader's harness, typically), so that the
     children find it compiled. Not if compiling warns: the child's own compile must say so."""
     import warnings
