@@ -16,10 +16,14 @@ extra properties): enough for these declarations, without a dependency the run d
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
-from envs.toolcalls import Malformed, ToolCall
+from pydantic import BaseModel, Field
+
+from envs.base import EnvError
+from envs.toolcalls import Malformed, ToolCall, parse_tool_calls
 
 
 @dataclass(frozen=True)
@@ -130,9 +134,11 @@ def _repo_action(call: ToolCall) -> str | Malformed:
 
 
 def _ops_action(call: ToolCall) -> str | Malformed:
+    """The script as it is: a turn's shell calls joined are one script that runs them in
+    order (envs/ops/env.py), and a fence inside one would make `script_of` read only it."""
     script = call.arguments["script"]
-    bad = _closing("```", script=script)  # envs/ops/env.py script_of reads the first fence
-    return Malformed(call.raw, bad) if bad else f"```bash\n{script.rstrip(chr(10))}\n```\n"
+    bad = _closing("```", script=script)
+    return Malformed(call.raw, bad) if bad else script.rstrip("\n") + "\n"
 
 
 @dataclass(frozen=True)
@@ -200,18 +206,121 @@ def check_call(kind: str, call: ToolCall | Malformed) -> ToolCall | Malformed:
     return Malformed(call.raw, bad) if bad else call
 
 
-def action_text(kind: str, calls: list[ToolCall | Malformed]) -> tuple[str, list[Malformed]]:
-    """The kind's action text for a turn's calls, in order, and the calls refused (checked
-    here). The text holds the valid calls only; the caller decides what a turn with refused
-    calls does (the agent kind runs none of a turn with a malformed action)."""
+def _check_all(kind: str, calls: list[ToolCall | Malformed]
+               ) -> tuple[list[str], list[ToolCall | Malformed]]:
+    """The action text of each valid call, and every call checked (a call the action text
+    cannot carry becomes the `Malformed` saying why), in order."""
     kt = tools_of(kind)
     parts: list[str] = []
-    refused: list[Malformed] = []
+    checked: list[ToolCall | Malformed] = []
     for c in calls:
         c = check_call(kind, c)
         out = c if isinstance(c, Malformed) else kt.to_action(c)
         if isinstance(out, Malformed):
-            refused.append(out)
+            checked.append(out)
         else:
             parts.append(out)
-    return "\n".join(parts), refused
+            checked.append(c)
+    return parts, checked
+
+
+def action_text(kind: str, calls: list[ToolCall | Malformed]) -> tuple[str, list[Malformed]]:
+    """The kind's action text for a turn's calls, in order, and the calls refused (checked
+    here). The text holds the valid calls only; `read_turn` decides what a turn with refused
+    calls does."""
+    parts, checked = _check_all(kind, calls)
+    return "\n".join(parts), [c for c in checked if isinstance(c, Malformed)]
+
+
+class ToolOptions(BaseModel):
+    """The options of a kind that can act through tools (its config inherits them)."""
+
+    action_format: Literal["xml", "tools"] = Field(
+        "xml", description="xml = actions in the kind's own text format (rollforge's verbs "
+        "such as `<write>`, `<run>`, `<submit/>`; the ops kind's script) inside one token "
+        "sequence, for a model without a chat template (the tiny default); tools = the episode "
+        "as messages in the policy's chat template, the verbs as tools (envs/tools.py) called "
+        "in `tool_format`, each turn's result a tool message, token-exact (envs/chat.py, "
+        "envs/CHAT.md); needs a policy tokenizer with a chat template")
+    tool_format: Literal["hermes", "json"] = Field(
+        "hermes", description="how tool calls are read with action_format=tools: hermes = JSON "
+        "in `<tool_call>...</tool_call>` (Hermes, Qwen, and the prompt rollforge writes for a "
+        "template without tools); json = the reply is plain JSON calls (envs/toolcalls.py)")
+
+
+def no_tool_demos(kind: str, options: ToolOptions) -> None:
+    """Refuse a warm start with action_format=tools: the kind's demonstrations are text
+    actions, which would teach a format the tools episode never reads."""
+    if options.action_format == "tools":
+        raise EnvError(f"kind {kind!r}: action_format='tools' has no warm-start "
+                         "demonstrations (they are in the text action format, not tool "
+                         "calls); turn the SFT warm start off or use action_format='xml'")
+
+
+# -- one tools turn, for every kind ---------------------------------------------------------
+@dataclass(frozen=True)
+class ToolTurn:
+    """A tools turn read for a kind: the valid calls as the kind's action text, every call
+    checked and in order, and why none of the turn may run (None: it runs)."""
+
+    action: str
+    calls: tuple[ToolCall | Malformed, ...]
+    refusal: str | None
+
+    @property
+    def malformed(self) -> int:
+        return sum(isinstance(c, Malformed) for c in self.calls)
+
+
+def read_turn(kind: str, text: str, fmt: str) -> ToolTurn:
+    """The policy's reply `text` as the kind's tool calls (`fmt`: envs/toolcalls.py). A turn
+    with a malformed call runs none of its calls (as a malformed XML action runs nothing), so
+    the model is never left guessing which of its calls ran; a turn without a call is refused
+    with the kind's tool names."""
+    parts, checked = _check_all(kind, list(parse_tool_calls(text, fmt).calls))  # type: ignore[arg-type]
+    kt = tools_of(kind)
+    bad = [c for c in checked if isinstance(c, Malformed)]
+    refusal = None
+    if bad:
+        refusal = (f"{len(bad)} of {len(checked)} tool calls cannot run: "
+                   + "; ".join(m.reason for m in bad))
+    elif not checked:
+        refusal = (f"no tool call found: call {', '.join(t.name for t in kt.tools)} "
+                   f"({fmt} format)")
+    return ToolTurn("\n".join(parts), tuple(checked), refusal)
+
+
+# A call's outcome, one per call of a turn, as the trajectory row's `tool_calls` column keeps
+# it (docs/analysts.md): ran = the verb executed and its result is in the tool message;
+# failed = it executed and did not do its work (a command's non-zero exit, an edit whose
+# SEARCH did not match once, a file that does not exist); malformed = it could not be read or
+# does not fit its tool's schema; not_run = a valid call the kind did not run (another call
+# of its turn was malformed, it came after submit, the time budget was spent).
+CALL_STATUSES = ("ran", "failed", "malformed", "not_run")
+_NAME = re.compile(r'"name"\s*:\s*"([^"]{1,64})"')
+
+
+def outcome(status: str, detail: str = "", tests_passed: int | None = None,
+            tests_total: int | None = None) -> dict:
+    """One executed action's outcome as a kind reports it (`name` and `turn` come later)."""
+    return {"status": status, "detail": detail[:200], "tests_passed": tests_passed,
+            "tests_total": tests_total}
+
+
+def call_outcomes(turn: ToolTurn, ran: list[dict], turn_no: int) -> list[dict]:
+    """Each call of `turn` with its outcome: the malformed ones with their reason, the valid
+    ones matched in order with `ran`, the kind's outcomes of the actions it executed (one per
+    action, as `read_turn` writes one action per call)."""
+    left = list(ran)
+    out = []
+    for c in turn.calls:
+        if isinstance(c, Malformed):
+            m = _NAME.search(c.raw)
+            o = dict(outcome("malformed", c.reason), name=m.group(1) if m else "")
+        elif turn.refusal is None and left:
+            o = dict(left.pop(0), name=c.name)
+        else:
+            o = dict(outcome("not_run", "another call of the turn was malformed"
+                             if turn.refusal else "the turn ended before it"), name=c.name)
+        out.append(dict(o, turn=turn_no))
+    return out

@@ -70,8 +70,7 @@ class Episode:
     backend: str = ""
     image_digest: str | None = None
     chat: ChatEpisode | None = None  # the messages, where the kind acts through tools
-    tool_calls: int = 0  # calls its turns made (tools episodes), and how many could not run
-    malformed_calls: int = 0
+    calls: list[dict] = field(default_factory=list)  # each tool call's outcome (envs/tools.py)
 
     @property
     def done(self) -> bool:
@@ -80,6 +79,14 @@ class Episode:
     @property
     def turns(self) -> int:
         return len(self.actions)
+
+    @property
+    def tool_calls(self) -> int:
+        return len(self.calls)
+
+    @property
+    def malformed_calls(self) -> int:
+        return sum(c["status"] == "malformed" for c in self.calls)
 
     @property
     def grade(self) -> RewardBreakdown | None:
@@ -262,8 +269,7 @@ class _Loop:
             e.state = r.state
             e.wall_s += r.seconds
             e.backend, e.image_digest = r.backend, r.image_digest
-            e.tool_calls += int(r.info.get("tool_calls", 0))
-            e.malformed_calls += int(r.info.get("malformed_calls", 0))
+            e.calls += r.info.get("calls", [])
             seen = fit_observation(tok, r.observation, e.env.obs_tokens) if r.observation else ""
             if r.info.get("action") != "none":  # a real turn (not an end for a full context)
                 e.turn_seconds.append(float(r.info.get("seconds", r.seconds)))
@@ -344,7 +350,7 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
     for i, (e, g) in enumerate(zip(eps, grades)):
         t = e.task
         gid = group_offset + i // group
-        multi = e.env.max_turns > 1
+        multi = e.env.max_turns > 1 or e.chat is not None  # a chat's prompt ends in its mask
         rows.append({
             "run_id": cfg.run_id, "iteration": iteration, "policy_version": version,
             "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
@@ -374,6 +380,7 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
             "turn_observations": e.observations if multi else None,
             "shaping_reward": shaping[i] if multi else None,
             "answer_executed": e.executed,
+            "tool_calls": e.calls if e.chat else None,
         })
     return rows
 
@@ -453,6 +460,24 @@ def scripted_policy(naive: dict[str, str], tok, fix_on_fail: bool = True) -> Sam
                 text = "<submit/>"
             ids = tok.encode(text, bos=False) + [tok.eos_token_id]
             out.append(Sample(list(ctx), ids, [0.0] * len(ids), text, True))
+        return out, 0.0
+    return fn
+
+
+def replay_policy(tok, replies: dict[str, list[str]], drawn: dict | None = None) -> SampleFn:
+    """A fixed policy for tests (not a model): episode `e` answers turn `n` with
+    `replies[e.task.task_id][n - 1]`, tokenized by `tok` and ended by its end-of-turn token,
+    with log-probs that differ per token (a shifted one shows); `drawn[task_id]` keeps each
+    draw's (ids, logprobs) in order."""
+    def fn(turn, contexts, episodes, _max_new_tokens, _k):
+        out = []
+        for ctx, e in zip(contexts, episodes):
+            text = replies[e.task.task_id][turn - 1]
+            ids = tok.encode(text, bos=False) + [tok.eos_token_id]
+            lps = [-(i + 1) / 1000 for i in range(len(ids))]
+            if drawn is not None:
+                drawn.setdefault(e.task.task_id, []).append((ids, lps))
+            out.append(Sample(list(ctx), ids, lps, text, True))
         return out, 0.0
     return fn
 

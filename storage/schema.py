@@ -16,6 +16,8 @@ readers fill columns that an older file lacks with null):
      infra_error.
   5: answer_executed (the code that ran when it differs from the completion: an instruct
      model's answer less its fences, prose and demo calls, envs/answers.py; null = as is).
+  6: tool_calls (episodes played as a chat with tools: each call's turn, name, status, detail
+     and test counts, envs/tools.py; null on rows played without tools).
 """
 from __future__ import annotations
 
@@ -25,12 +27,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
 # exists as a file column ("Unable to merge: Field iteration has incompatible types").
 PARTITION_SCHEMA = pa.schema([pa.field("iteration", pa.int64(), nullable=False)])
+
+
+# One struct per call rather than parallel lists: DuckDB reads it with `UNNEST(tool_calls)`
+# and `t.status`, pandas as a list of dicts a row (`df.explode("tool_calls")`), and the fields
+# of one call cannot drift apart.
+TOOL_CALL = pa.struct([("turn", pa.int32()), ("name", pa.string()), ("status", pa.string()),
+                       ("detail", pa.string()), ("tests_passed", pa.int32()),
+                       ("tests_total", pa.int32())])
+TOOL_CALL_LIST = pa.list_(TOOL_CALL)
 
 
 def _f(name: str, type_: pa.DataType, doc: str, required: bool = False) -> pa.Field:
@@ -99,6 +110,12 @@ _FIELDS = [
     _f("answer_executed", pa.string(), "what was run after the prompt when it differs from "
        "`completion` (an instruct model's answer: its code without fences, prose or demo calls; "
        "envs/answers.py); null = the completion ran as is"),
+    # -- version 6: tool calls ------------------------------------------------------------------
+    _f("tool_calls", TOOL_CALL_LIST, "each tool call of the episode in order (action_format: "
+       "tools): turn (1-based), name (as the policy wrote it; empty when unreadable), status "
+       "(ran, failed, malformed, not_run: envs/tools.py CALL_STATUSES), detail (why it failed "
+       "or was malformed), tests_passed/tests_total (the verb's test run, else null); null = "
+       "played without tools"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})
@@ -121,6 +138,8 @@ def _kind(t: pa.DataType) -> str:
         return "list"
     if pa.types.is_map(t):
         return "map"
+    if pa.types.is_struct(t):
+        return "struct"
     return str(t)
 
 
@@ -135,6 +154,12 @@ def _compatible(given: pa.DataType, wanted: pa.DataType) -> bool:
         return g == "list" and _compatible(given.value_type, wanted.value_type)
     if w == "map":
         return g == "map" or (g == "list" and pa.types.is_null(given.value_type))
+    if w == "struct":  # the given fields (any order) a subset of the wanted, each compatible
+        names = [wanted.field(i).name for i in range(wanted.num_fields)]
+        return g == "struct" and all(
+            given.field(i).name in names and _compatible(
+                given.field(i).type, wanted.field(names.index(given.field(i).name)).type)
+            for i in range(given.num_fields))
     return g == w
 
 
@@ -155,9 +180,26 @@ def _first_bad_row(values: list[Any], field: pa.Field) -> str:
     return ""
 
 
+def _struct_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) and pa.types.is_struct(t.value_type)
+
+
+def _check_struct_keys(name: str, values: list[Any], struct: pa.StructType) -> None:
+    """Arrow drops a key its struct does not have; refuse it instead, naming it."""
+    known = {struct.field(i).name for i in range(struct.num_fields)}
+    for i, v in enumerate(values):
+        for item in v or []:
+            extra = sorted(set(item) - known) if isinstance(item, Mapping) else []
+            if extra:
+                raise ValueError(f"column {name!r}: row {i} has key(s) {extra}; its items "
+                                 f"have {sorted(known)}")
+
+
 def _column(name: str, values: list[Any], field: pa.Field) -> pa.Array:
+    if _struct_list(field.type):
+        _check_struct_keys(name, values, field.type.value_type)
     try:
-        if pa.types.is_map(field.type):
+        if _struct_list(field.type) or pa.types.is_map(field.type):
             arr = pa.array(values, field.type)
         else:
             arr = pa.array(values)

@@ -9,16 +9,17 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from envs.base import Environment, StepContext, StepResult
 from envs.function_task import function_problems
 from envs.io import FunctionsEnv, ProceduralOptions
+from envs.tools import ToolOptions
 from rewards.aggregate import RewardBreakdown
 from tasks.record import Task
 
 
-class EpisodeConfig(BaseModel):
+class EpisodeConfig(ToolOptions):
     """The agent kind's options. As the run config's `episodes` section, `enabled` makes the
     run's implicit task source (the `tasks` fields) a source of kind `agent`."""
 
@@ -54,16 +55,6 @@ class EpisodeConfig(BaseModel):
         "the environment's own count, never read from the program's output (issue 34); none: "
         "the hidden-test grade alone")
     shaping_coef: float = Field(0.1, ge=0, description="weight of the shaping term")
-    action_format: Literal["xml", "tools"] = Field(
-        "xml", description="xml = actions in rollforge's own verbs (`<write>`, "
-        "`<run_tests/>`, `<run>`, `<submit/>`) inside one token sequence, for a model without a chat template (the "
-        "tiny default); tools = the episode as messages in the policy's chat template, the verbs "
-        "as tools (envs/tools.py) called in `tool_format`, each turn's result a tool message, "
-        "token-exact (envs/chat.py, envs/CHAT.md); needs a policy tokenizer with a chat template")
-    tool_format: Literal["hermes", "json"] = Field(
-        "hermes", description="how tool calls are read with action_format=tools: hermes = JSON "
-        "in `<tool_call>...</tool_call>` (Hermes, Qwen, and the prompt rollforge writes for a "
-        "template without tools); json = the reply is plain JSON calls (envs/toolcalls.py)")
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
                             "instead of bare reference bodies: multi-turn transcripts through the "
                             "real environment for the edge families (naive attempt, real test "
@@ -154,8 +145,11 @@ class AgentEnv(Environment):
         if action is None:
             obs, done, info = "", True, env.end("context_full")
         elif self.tool_kind:
-            text, refused, calls = _from_tool_calls(action, self.config.tool_format)
-            obs, done, info = env.step(text, refused=refused)
+            from envs.tools import call_outcomes, read_turn  # noqa: PLC0415
+
+            turn = read_turn("agent", action, self.config.tool_format)
+            obs, done, info = env.step(turn.action, refused=turn.refusal)
+            calls = {"calls": call_outcomes(turn, _executed(info), info["turn"])}
         else:
             obs, done, info = env.step(action)
         info = dict(info, **calls)
@@ -204,22 +198,14 @@ def _tools_intro(task: Task, c: EpisodeConfig) -> str:
     return truncate(text, c.obs_bytes)
 
 
-def _from_tool_calls(text: str, fmt: str) -> tuple[str, str | None, dict]:
-    """A tools turn as the agent kind's action text, the reason it cannot run (None: it can),
-    and the turn's call counts for `info`."""
-    from envs.toolcalls import parse_tool_calls  # noqa: PLC0415
-    from envs.tools import action_text  # noqa: PLC0415
+def _executed(info: dict) -> list[dict]:
+    """The outcome of each action a turn ran (envs/tools.py `call_outcomes`): this kind reports
+    which actions ran, not whether each did its work, so every one is `ran`; run_tests carries
+    the visible counts."""
+    from envs.tools import outcome  # noqa: PLC0415
 
-    parsed = parse_tool_calls(text, fmt)  # type: ignore[arg-type]
-    actions, refused = action_text("agent", list(parsed.calls))
-    counts = {"tool_calls": len(parsed.calls), "malformed_calls": len(refused)}
-    if refused:
-        why = "; ".join(m.reason for m in refused)
-        return actions, f"{len(refused)} of {len(parsed.calls)} tool calls cannot run: {why}", counts
-    if not parsed.calls:
-        return "", ("no tool call found: call write_file, run_tests, run or submit "
-                    f"({fmt} format)"), counts
-    return actions, None, counts
+    return [outcome("ran", "", info.get("visible_passed"), info.get("visible_total"))
+            if kind == "run_tests" else outcome("ran") for kind in info.get("actions", [])]
 
 
 def _count_ok(passed, total) -> bool:
