@@ -18,12 +18,15 @@ import os
 import random
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from dataclasses import dataclass, replace
 
-from envs.base import SingleTurnEnv, known_names
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from envs.base import SingleTurnEnv, StepContext, StepResult, known_names
 from envs.ops.families import FAMILIES
 from envs.ops.hacks import ATTACKS, NO_CREDIT
 from envs.ops.integrity import bomb_flags, run_flags, state_flags
+from envs.tools import ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn
 from envs.ops.probes import (CHECK_SOURCE, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed, same_node,
                              verdicts, wanted_parses)
 from envs.sources import split_of
@@ -37,8 +40,8 @@ PARSER = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python" 
 TOOLS = "coreutils, sed, awk, grep, find, tar, gzip, jq, python3"
 
 
-class OpsOptions(BaseModel):
-    """Which ops tasks a source of kind `ops` generates."""
+class OpsOptions(ToolOptions):
+    """Which ops tasks a source of kind `ops` generates, and how the policy answers."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -47,6 +50,19 @@ class OpsOptions(BaseModel):
     tasks_per_family: int = Field(20, ge=1, description="tasks drawn per family")
     heldout_fraction: float = Field(0.2, gt=0, lt=1, description="share of tasks held out")
     seed: int = Field(0, description="generator seed; the same options give the same tasks")
+    max_turns: int = Field(1, ge=1, description="with action_format=tools: turns the policy "
+                           "has to make one valid `shell` call; a turn without one is answered "
+                           "with what was wrong (a tool message) and the next may call again. "
+                           "The first turn with a valid call is graded, and so is the last "
+                           "turn whatever it holds (no script: the empty one). xml: 1")
+
+    @model_validator(mode="after")
+    def _turns_need_tools(self) -> "OpsOptions":
+        if self.max_turns > 1 and self.action_format != "tools":
+            raise ValueError(f"max_turns={self.max_turns} with action_format="
+                             f"{self.action_format!r}: a text answer is graded at once; "
+                             "set action_format='tools' or max_turns=1")
+        return self
 
     @field_validator("families")
     @classmethod
@@ -79,6 +95,24 @@ def prompt_of(goal: str, files: dict[str, dict], show: list[str]) -> str:
     lines += ["Write a bash script that does it (running it twice must leave the same state).",
               "Script:", ""]
     return "\n".join(lines)
+
+
+TOOLS_ASK = ("Call the `shell` tool with a bash script that does it (running it twice must leave "
+             "the same state).")
+
+
+def tools_prompt_of(prompt: str) -> str:
+    """The task's prompt asking for a `shell` call instead of a script after `Script:`."""
+    head, sep, _ = prompt.rpartition("Write a bash script that does it")
+    return (head if sep else prompt.rstrip("\n") + "\n") + TOOLS_ASK
+
+
+@dataclass(frozen=True)
+class ToolsState:
+    """A tools episode in progress: the task and the turns taken without a valid call."""
+
+    task: Task
+    turn: int = 0
 
 
 def _check_probes(probes: list[dict]) -> None:
@@ -178,6 +212,51 @@ class OpsEnv(SingleTurnEnv):
         the do-nothing scripts must earn nothing and raise no flag (an honest failure can
         leave the same state)."""
         return list(ATTACKS) + list(NO_CREDIT)
+
+    # -- an episode through tools -------------------------------------------------------------
+    @property
+    def tool_kind(self) -> str | None:
+        """The kind whose tools this env's episodes use as messages (flows/episodes.py `play`
+        reads it); None: the answer is the script, graded at once."""
+        return "ops" if self.config.action_format == "tools" else None
+
+    @property
+    def max_turns(self) -> int:  # type: ignore[override]
+        return self.config.max_turns
+
+    def sft_tasks(self) -> list[Task]:
+        no_tool_demos(self.name, self.config)
+        return super().sft_tasks()
+
+    def reset(self, task: Task):
+        if not self.tool_kind:
+            return super().reset(task)
+        return ToolsState(task), tools_prompt_of(task.prompt)
+
+    def step(self, state, action: str | None, ctx: StepContext) -> StepResult:
+        """Tools: the turn's valid `shell` calls, joined in order, are one script, graded as
+        a text answer is; a turn without one is refused with the reason until the last."""
+        if not self.tool_kind:
+            return super().step(state, action, ctx)
+        turn_no = state.turn + 1
+        calls = read_turn("ops", action, self.config.tool_format) if action is not None else None
+        if calls and calls.refusal and turn_no < self.max_turns:
+            info = {"turn": turn_no, "action": "malformed", "seconds": 0.0,
+                    "calls": call_outcomes(calls, [], turn_no)}
+            obs = f"{calls.refusal}\n[turn {turn_no}/{self.max_turns}]"
+            return StepResult(replace(state, turn=turn_no), obs, False, info)
+        script = calls.action if calls and not calls.refusal else ""
+        res = super().step(state.task, script if action is not None else None, ctx)
+        b = res.info["grade"]
+        ok = b.status == "ok" and not b.infra_error and not b.hack_flags
+        done = outcome("ran" if ok else "failed", "" if ok else ", ".join(
+            (b.status, *b.hack_flags)), b.tests_passed, b.tests_total)
+        info = dict(res.info, turn=turn_no, action="shell" if script else "malformed")
+        if calls:
+            info["calls"] = call_outcomes(calls, [done] * len(calls.calls), turn_no)
+            if calls.refusal:
+                info["end_reason"] = "max_turns"
+        return StepResult(replace(state, turn=turn_no), "", True, info)
 
     # -- grading -----------------------------------------------------------------------------
     def verify(self, task: Task, answer: str, sandbox: Sandbox, limits: Limits,

@@ -1,0 +1,110 @@
+"""The ops kind with `action_format: tools` in the one episode loop (`play`), in Qwen2.5's real
+chat template (it renders `tools=` itself) over SmolLM2-135M-Instruct's real tokenizer: a
+scripted policy (tokens drawn from the real tokenizer, not a model) first sends a call that is
+not JSON, reads the tool message that says so, then calls `shell` with the task's reference
+script, which the real ops sandbox runs and its probes grade. The row keeps each call's outcome
+(`tool_calls`) and the mask keeps the sampled tokens in the loss and the tool message out."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from envs.base import EnvError
+from envs.registry import make_env
+from flows.config import load_config
+from flows.episode_exec import step_local
+from flows.episodes import episode_metrics, episode_rows, play, replay_policy
+from sandbox.config import SandboxConfig
+from sandbox.probe import probe
+from sandbox.rootfs import unavailable
+from storage.schema import rows_to_table
+from training import pretrained
+
+QWEN25 = (Path(__file__).parent / "data" / "chat_templates" / "qwen2_5.jinja").read_text()
+WHY = unavailable(probe())
+BAD = '<tool_call>\n{"name": "shell", "arguments": {"script": "echo hi"}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tok():
+    path = pretrained.converted_dir("smollm2-135m-instruct")
+    if not (path / pretrained.MODEL_FILE).is_file():
+        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+    from training.tokenizer import load_tokenizer
+
+    t = load_tokenizer(str(path))
+    t.tok.chat_template = QWEN25  # this module's own copy: the loop renders the tokenizer's
+    return t
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_ops_through_tools_solves_after_a_malformed_call_and_the_row_keeps_each_outcome(tok):
+    cfg = load_config(None, [])
+    env = make_env("ops", {"tasks_per_family": 1, "action_format": "tools", "max_turns": 2})
+    task = env.generate()[0]
+    drawn: dict = {}
+    turns = {task.task_id: [BAD, "Here is the script.\n" + call("shell", script=task.reference)]}
+    scfg = SandboxConfig(timeout_s=10)
+    eps = play([task], [env], 1, 4096, tok, 512, replay_policy(tok, turns, drawn),
+               lambda turn, items: step_local(items, scfg, cfg.rewards))
+    e = eps[0]
+    assert e.grade.solved, e.grade
+    assert e.final["end_reason"] == "answer" and e.turns == 2
+    assert "not valid JSON" in e.observations[0] and "[turn 1/2]" in e.observations[0]
+    assert [m["role"] for m in e.chat.messages] == ["user", "assistant", "tool", "assistant"]
+    assert e.chat.r.supports_tools  # Qwen2.5 renders the declarations itself
+    # the loss sees the sampled ids and log-probs as drawn, and nothing else
+    t = e.tokens
+    assert [(i, lp) for i, lp, m in zip(t.ids, t.logprobs, t.mask) if m] == \
+        [p for ids, lps in drawn[task.task_id] for p in zip(ids, lps)]
+    env_ids = [i for i, m in zip(t.ids, t.mask) if not m]
+    assert "not valid JSON" in tok.tok.decode(env_ids) and "<tool_response>" in tok.tok.decode(env_ids)
+    assert e.chat.check().equal
+    row = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
+    assert row["completion_mask"] == t.mask and row["turns"] == 2
+    n = len(task.payload["probes"]) + 1  # each probe and idempotence
+    assert row["tool_calls"] == [
+        {"turn": 1, "name": "shell", "status": "malformed", "tests_passed": None,
+         "tests_total": None, "detail": row["tool_calls"][0]["detail"]},
+        {"turn": 2, "name": "shell", "status": "ran", "detail": "", "tests_passed": n,
+         "tests_total": n}]
+    assert "not valid JSON" in row["tool_calls"][0]["detail"]
+    stored = rows_to_table([row], 0, 0)  # noqa: F841 (read by DuckDB below)
+    got = duckdb.sql("SELECT c.turn, c.status, c.tests_passed FROM "
+                     "(SELECT UNNEST(tool_calls) AS c FROM stored) ORDER BY c.turn").fetchall()
+    assert got == [(1, "malformed", None), (2, "ran", n)]
+    m = episode_metrics(eps)
+    assert m["episode/tool_valid_rate"] == 0.5 and m["episode/tool_calls_mean"] == 2
+
+
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_ops_through_tools_grades_the_empty_script_when_the_last_turn_has_no_valid_call(tok):
+    cfg = load_config(None, [])
+    env = make_env("ops", {"tasks_per_family": 1, "action_format": "tools", "max_turns": 1})
+    task = env.generate()[0]
+    eps = play([task], [env], 1, 4096, tok, 512, replay_policy(tok, {task.task_id: [BAD]}, {}),
+               lambda turn, items: step_local(items, SandboxConfig(timeout_s=10), cfg.rewards))
+    e = eps[0]
+    assert e.final["end_reason"] == "max_turns" and e.grade.reward == 0 and not e.grade.solved
+    row = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
+    assert [c["status"] for c in row["tool_calls"]] == ["malformed"]
+    assert row["completion_mask"] == [1] * len(e.tokens.ids)  # one turn: all sampled
+
+
+def test_ops_tools_options_are_refused_by_name_where_they_cannot_work():
+    with pytest.raises(EnvError, match="max_turns=2 with action_format='xml'"):
+        make_env("ops", {"max_turns": 2})
+    with pytest.raises(EnvError, match="no warm-start demonstrations"):
+        make_env("ops", {"action_format": "tools", "tasks_per_family": 1}).sft_tasks()
+    from training.tokenizer import ByteTokenizer
+
+    env = make_env("ops", {"tasks_per_family": 1, "action_format": "tools"})
+    with pytest.raises(ValueError, match="needs a policy tokenizer with a chat template"):
+        play(env.generate()[:1], [env], 1, 4096, ByteTokenizer(), 64, None, None)
