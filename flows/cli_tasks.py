@@ -198,7 +198,8 @@ def _export(args) -> int:
 def _check(args) -> int:
     from envs.base import EnvError
     from envs.registry import env_for_task
-    from tasks.quality import check_tasks, dedupe, find_split_leaks
+    from envs.quality import check_tasks
+    from tasks.quality import dedupe, find_split_leaks
 
     try:
         tasks = _load(args)

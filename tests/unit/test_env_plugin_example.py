@@ -213,7 +213,7 @@ def test_environment_pickles_by_reference_with_its_options(env):
 def test_a_kind_that_demands_it_has_a_partial_credit_trivial_answer_reported(env, tasks, ctx):
     """`trivial_earn_nothing`: the task check reports a trivial answer that earns anything, not
     only one that solves (`.*` matches every positive of a regex task: partial credit)."""
-    from tasks.quality import check_task
+    from envs.quality import check_task
 
     task = one_of(tasks, "prefix")
     assert check_task(task, ctx.sandbox, ctx.limits, env=env).ok  # the regex kind allows it

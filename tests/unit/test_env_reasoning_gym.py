@@ -10,6 +10,7 @@ import pickle
 import pytest
 
 from envs.base import EnvError, StepContext, TestReport
+from envs.quality import check_task
 from envs.reasoning_gym.grading import code_beyond
 from envs.registry import make_env
 from rewards.aggregate import RewardConfig, aggregate
@@ -17,7 +18,6 @@ from rewards.evaluate import evaluate_samples
 from sandbox.base import ExecResult
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.quality import check_task
 
 pytest.importorskip("reasoning_gym")
 

@@ -3,9 +3,10 @@ import pytest
 
 from envs.io import FunctionsEnv
 from envs.io.procedural import FAMILIES, generate_suite
+from envs.quality import check_task, check_tasks
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
-from tasks.quality import check_task, check_tasks, check_tests_consistent, dedupe, find_split_leaks
+from tasks.quality import check_tests_consistent, dedupe, find_split_leaks
 from tasks.record import TestCase
 
 
