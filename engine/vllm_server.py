@@ -9,6 +9,7 @@ starts the server once and keeps it up.
     server = VLLMServer(ServerSettings(model="~/.cache/rollforge/models/smollm2-135m-instruct"))
     server.start()        # blocks until /health answers (or raises EngineError naming the log)
     ...                   # engine.vllm_sampler.VLLMSampler(server) samples from it
+    server.reload_weights("runs/r/checkpoints/v0001/model")   # new weights, same process
     server.restart()      # after it died (a new process, maybe a new port)
     server.stop()
 
@@ -98,6 +99,11 @@ class ServerSettings:
         env.update(self.extra_env)
         return env
 
+
+# vLLM's development routes (/collective_rpc, /reset_prefix_cache) are mounted only with this
+# set; `reload_weights` needs them. They have no authentication, like the rest of a server that
+# rollforge binds to loopback.
+DEV_MODE_ENV = {"VLLM_SERVER_DEV_MODE": "1"}
 
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the --max-lora-rank values vLLM accepts
 
@@ -243,16 +249,59 @@ class VLLMServer:
         self._post_admin("/v1/unload_lora_adapter", {"lora_name": name},
                          f"unload the LoRA adapter {name!r}", timeout_s)
 
-    def _post_admin(self, route: str, body: dict, what: str, timeout_s: float) -> None:
+    def reload_weights(self, path: str | Path, timeout_s: float = 600.0) -> None:
+        """Load the Hugging Face model folder `path` (same architecture and shapes) into the
+        running server in place: vLLM's `Worker.reload_weights(weights_path=...)` through
+        /collective_rpc, then /reset_prefix_cache so no KV computed under the old weights is
+        reused. Needs a server started with DEV_MODE_ENV. vLLM only logs the parameters the
+        folder lacks, so the caller checks that the weights changed (`prompt_logprobs`).
+        Requests in flight during the load would mix the two versions: the caller waits for
+        them first."""
+        self._post_admin("/collective_rpc", {"method": "reload_weights",
+                                             "kwargs": {"weights_path": str(path)}},
+                         f"reload the weights from {path}", timeout_s, dev=True)
+        # {"success": false} while blocks are still held (a request just ending): retried
+        for _ in range(20):
+            if self._post_admin("/reset_prefix_cache", {}, "reset its prefix cache", 60.0,
+                                dev=True).get("success"):
+                return
+            time.sleep(0.5)
+        raise EngineError(f"the engine at {self.base_url} kept refusing to reset its prefix cache "
+                          "after loading new weights: its cached KV is of the old ones")
+
+    def prompt_logprobs(self, ids: list[int], timeout_s: float = 60.0) -> list[float]:
+        """The served weights' log-probs of `ids[1:]`, each given the ids before it."""
+        body = {"model": self.model_name, "prompt": list(ids), "max_tokens": 1,
+                "prompt_logprobs": 0, "temperature": 0.0}
+        req = urllib.request.Request(f"{self.base_url}/v1/completions", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                rows = json.loads(r.read())["choices"][0]["prompt_logprobs"]
+        except (OSError, KeyError, IndexError, ValueError) as e:
+            raise EngineError(f"the engine at {self.base_url} gave no prompt log-probs: "
+                              f"{type(e).__name__}: {e}") from e
+        # row i: {token id: {"logprob": ...}} for ids[i] (the prompt's own token comes first)
+        return [float(row[str(t)]["logprob"]) for row, t in zip(rows[1:], ids[1:])]
+
+    def _post_admin(self, route: str, body: dict, what: str, timeout_s: float,
+                    dev: bool = False) -> dict:
+        """The route's JSON answer ({} when it has none)."""
         req = urllib.request.Request(f"{self.base_url}{route}", json.dumps(body).encode(),
                                      {"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s):
-                return
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                data = r.read()
+            try:
+                return json.loads(data) if data else {}
+            except ValueError:
+                return {}
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:1000]
-            hint = (" (a LoRA adapter needs a server started with --enable-lora and "
-                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)" if e.code == 404 else "")
+            hint = ("" if e.code != 404 else
+                    " (a server started without VLLM_SERVER_DEV_MODE=1 has no such route)" if dev
+                    else " (a LoRA adapter needs a server started with --enable-lora and "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=1)")
             raise EngineError(f"the engine at {self.base_url} could not {what}: HTTP {e.code}: "
                               f"{detail}{hint}") from e
         except OSError as e:
