@@ -195,7 +195,7 @@ class RunConfig(BaseModel):
         # Which engine samples changes the samples; where it runs and how it batches do not,
         # and the local sampler (the default) is how runs before engines existed sampled.
         for k in ("engine_url", "engine_threads", "engine_kv_cache_gib", "engine_max_num_seqs",
-                  "engine_lora_sync"):
+                  "engine_lora_sync", "engine_full_sync"):
             d["sampling"].pop(k, None)
         if d["sampling"].get("engine") == "local":
             d["sampling"].pop("engine", None)

@@ -62,7 +62,8 @@ class SamplingConfig(BaseModel):
         "local", description="who samples: `local`, the policy in the flow's own process "
         "(training/generate.py's KV-cache loop; the tiny byte-level default's engine); `vllm`, a "
         "vLLM server (engine/: `make engine` builds it) that the run starts once on loopback, "
-        "syncs to each new version (LoRA adapters loaded by version, full weights by a restart) "
+        "syncs to each new version (LoRA adapters loaded by version, full weights per "
+        "`engine_full_sync`) "
         "and stops at its end, or the one at `engine_url`. Hugging Face policies only")
     engine_url: str | None = Field(
         None, description="a vLLM server already running (http://host:port), serving this run's "
@@ -75,11 +76,19 @@ class SamplingConfig(BaseModel):
         "while the other waits)")
     engine_lora_sync: Literal["merged", "adapter"] | None = Field(
         None, description="how a LoRA policy's new version reaches the vLLM server: `merged`, "
-        "the adapter folded into the base (as `rollforge export` does) and the server restarted "
-        "on it; `adapter`, the adapter loaded into the running server by name (a tenth of a "
+        "the adapter folded into the base (as `rollforge export` does) and that folder synced as "
+        "full weights are (`engine_full_sync`); `adapter`, the adapter loaded into the running server by name (a tenth of a "
         "second, no restart, but vLLM's CPU build decodes through an adapter 3.3x slower: 54.5 "
         "against 181.6 tokens/s, bench/bench_engine.py). None: `merged` for a server rollforge "
         "runs, `adapter` for one at engine_url (which it cannot restart)")
+    engine_full_sync: Literal["auto", "in_place", "restart"] = Field(
+        "auto", description="how full weights (and a merged LoRA version) reach the managed vLLM "
+        "server: `in_place`, the version's folder loaded into the running server (vLLM's "
+        "reload_weights through /collective_rpc, the server started with "
+        "VLLM_SERVER_DEV_MODE=1; its prefix cache reset), checked by the server's log-probs of "
+        "a fixed probe changing, and a failure fails the stage; `restart`, the server restarted "
+        "on the folder (80 s against 1.5-3 s for SmolLM2-135M on a 2-core CPU, engine/README.md); "
+        "`auto`, in place with a restart (logged, engine/sync_fallbacks) when the load fails")
     turns: Literal["auto", "per_episode", "synchronous"] = Field(
         "auto", description="how multi-turn episodes take turns (flows/episodes.py `play`): "
         "`per_episode`, each episode's next action is requested as soon as its own step "

@@ -1,0 +1,155 @@
+"""flows/sampler.py's RunEngine bringing a managed server to each version of a full-weights
+policy (`sampling.engine_full_sync`): loaded in place when the load takes, restarted when it
+fails or changes nothing, never a completion of one version under another's weights. The
+server here is a fake that serves whichever checkpoint folder it last loaded; the real load:
+tests/integration/test_engine_reload.py."""
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.boundary import Completion, SampleRequest
+from engine.vllm_server import EngineError
+from flows import sampler
+from flows.config import load_config
+from training import checkpoints
+from training.config import PolicyConfig
+from training.policy import build_policy, save_policy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class FakeServer:
+    """Serves the checkpoint folder it was started on or last loaded; its probe log-probs are
+    that folder's version's. `load` says what a reload does: "ok", "noop" or "error"."""
+
+    load = "ok"
+    started: list["FakeServer"] = []
+
+    def __init__(self, settings):
+        self.settings, self.managed, self.proc = settings, True, None
+        self.base_url, self.log_path, self.model_name = "http://fake", None, "policy"
+        self.serves = settings.model
+        self.reloads: list[str] = []
+        self.up = False
+
+    def start(self):
+        self.up = True
+        FakeServer.started.append(self)
+        return self
+
+    def alive(self):
+        return self.up
+
+    def stop(self):
+        self.up = False
+
+    def version(self) -> int:
+        return int(Path(self.serves).parent.name[1:])  # .../checkpoints/v0001/model
+
+    def reload_weights(self, path):
+        self.reloads.append(str(path))
+        if FakeServer.load == "error":
+            raise EngineError("HTTP 404: no /collective_rpc")
+        if FakeServer.load == "ok":
+            self.serves = str(path)
+
+    def prompt_logprobs(self, ids):
+        return [-1.0 - 0.1 * self.version()] * (len(ids) - 1)
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    cfg = load_config(ROOT / "configs/tiny.yaml")
+    torch.manual_seed(0)
+    model = build_policy(PolicyConfig()).eval()
+    for v in range(3):
+        save_policy(model, str(checkpoints.checkpoint_dir(str(tmp_path / cfg.run_id), v) / "model"))
+    monkeypatch.setattr(sampler, "VLLMServer", FakeServer)
+    FakeServer.load, FakeServer.started = "ok", []
+
+    def engine(mode: str) -> sampler.RunEngine:
+        s = cfg.sampling.model_copy(update={"engine": "vllm", "engine_full_sync": mode})
+        return sampler.RunEngine(cfg.model_copy(update={"out_dir": str(tmp_path), "sampling": s}))
+    return engine
+
+
+def test_new_full_weights_are_loaded_into_the_running_server_and_counted(run):
+    eng = run("auto")
+    eng.sync(0)
+    eng.sync(1)
+    eng.sync(2)
+    assert len(FakeServer.started) == 1 and eng.server.version() == 2 and eng.version == 2
+    assert eng.server.settings.extra_env.get("VLLM_SERVER_DEV_MODE") == "1"
+    m = eng.take_metrics()
+    assert (m["engine/syncs"], m["engine/sync_in_place"], m["engine/sync_fallbacks"]) == (3, 2, 0)
+    assert eng.take_metrics()["engine/sync_in_place"] == 0  # per iteration
+
+
+@pytest.mark.parametrize("load", ["noop", "error"])
+def test_a_load_that_fails_or_changes_nothing_becomes_a_restart_on_the_new_version(run, load):
+    eng = run("auto")
+    eng.sync(0)
+    FakeServer.load = load
+    eng.sync(1)
+    first, second = FakeServer.started
+    assert first.reloads and not first.alive()
+    assert second.alive() and eng.server is second and second.version() == 1 and eng.version == 1
+    m = eng.take_metrics()
+    assert (m["engine/sync_in_place"], m["engine/sync_fallbacks"]) == (0, 1)
+    FakeServer.load = "ok"  # the new server is probed afresh: its next load is checked against v1
+    eng.sync(2)
+    assert eng.server is second and second.version() == 2
+    assert eng.take_metrics()["engine/sync_in_place"] == 1
+
+
+def test_in_place_mode_fails_the_sync_instead_of_restarting(run):
+    eng = run("in_place")
+    eng.sync(0)
+    FakeServer.load = "noop"
+    with pytest.raises(EngineError, match="changed nothing"):
+        eng.sync(1)
+    assert len(FakeServer.started) == 1 and eng.version == 0
+
+
+def test_restart_mode_never_loads_in_place_nor_opens_the_development_routes(run):
+    eng = run("restart")
+    eng.sync(0)
+    eng.sync(1)
+    assert len(FakeServer.started) == 2 and not FakeServer.started[0].reloads
+    assert "VLLM_SERVER_DEV_MODE" not in eng.server.settings.extra_env
+    assert eng.server.version() == 1 and eng.take_metrics()["engine/sync_in_place"] == 0
+
+
+def test_a_version_change_waits_for_the_requests_in_flight_at_the_old_one(run, monkeypatch):
+    eng = run("auto")
+    entered, release = threading.Event(), threading.Event()
+    seen: dict[int, list[int]] = {}
+
+    class Sampler:  # records the version the server holds while each request samples
+        def __init__(self, server, banned, model_name=None):
+            self.server = server
+
+        def sample(self, req, progress=None):
+            want = req.prompts[0][0]  # the test's prompt is the version it asks for
+            seen[want] = [self.server.version()]
+            if want == 0:
+                entered.set()
+                release.wait(10)
+            seen[want].append(self.server.version())
+            return [Completion(i // req.n, (1,), (-0.5,), "stop", "") for i in range(req.size)]
+
+    monkeypatch.setattr(sampler, "VLLMSampler", Sampler)
+    eng.sync(0)
+    first = threading.Thread(target=eng.sample, args=(0, SampleRequest([[0]], 1)))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=eng.sample, args=(1, SampleRequest([[1]], 1)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and eng.server.version() == 0  # the load waits for v0's request
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert seen == {0: [0, 0], 1: [1, 1]}
