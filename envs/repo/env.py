@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
+from envs.tools import ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn
 from rewards.aggregate import RewardBreakdown, aggregate
 from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -51,7 +52,7 @@ DEFAULT_FILE = str(Path(__file__).with_name("instances.jsonl"))
 _MAX_FILE_BYTES = 256 * 1024
 
 
-class RepoOptions(BaseModel):
+class RepoOptions(ToolOptions):
     """A source of kind `repo`: which instances, and the episode's limits."""
 
     model_config = ConfigDict(extra="forbid")
@@ -110,6 +111,11 @@ new lines
 <write path="FILE">content</write>  <run>pytest ARGS</run>  <run>python ARGS</run>  <submit/>
 """
 
+TOOLS_INTRO = """You are in the repository {repo} (Python). Some of its tests fail; fix the library
+with the tools: list (ls), read and search files, edit or write them, run `pytest ARGS` or
+`python ARGS`, and submit when the tests pass (several calls per turn run in order).
+"""
+
 _ACTION = re.compile(
     r'<ls(?:\s+path="(?P<lspath>[^"]*)")?\s*/>'
     r'|<read\s+path="(?P<rpath>[^"]*)"(?:\s+start="(?P<start>\d+)")?(?:\s+end="(?P<end>\d+)")?\s*/>'
@@ -151,6 +157,16 @@ class RepoEnv(Environment):
         if self.config.repos is not None:
             tasks = [t for t in tasks if t.family in self.config.repos]
         return tasks
+
+    def sft_tasks(self) -> list[Task]:
+        no_tool_demos(self.name, self.config)
+        return super().sft_tasks()
+
+    @property
+    def tool_kind(self) -> str | None:
+        """The kind whose tools this env's episodes use as messages (flows/episodes.py `play`
+        reads it); None: text actions in one sequence."""
+        return "repo" if self.config.action_format == "tools" else None
 
     def validate(self, task: Task) -> Task:
         super().validate(task)
@@ -219,7 +235,8 @@ class RepoEnv(Environment):
     def reset(self, task: Task) -> tuple[Any, str]:
         _, bug = self.trees(task)
         top = sorted({p.split("/")[0] + ("/" if "/" in p else "") for p in self.trees(task)[0]})
-        obs = (INTRO.format(repo=task.payload["repo"]) + "\n" + task.prompt
+        intro = TOOLS_INTRO if self.tool_kind else INTRO
+        obs = (intro.format(repo=task.payload["repo"]) + "\n" + task.prompt
                + "\n\nTop level: " + " ".join(top) + "\n")
         return RepoState(task, dict(bug)), obs
 
@@ -228,10 +245,15 @@ class RepoEnv(Environment):
         files = dict(state.files)
         info: dict = {"turn": state.turn + 1, "actions": [], "infra_error": False}
         parts: list[str] = []
+        ran: list[dict] = []  # each executed action's outcome, in order
         submitted = False
+        calls = read_turn("repo", action, self.config.tool_format) \
+            if self.tool_kind and action is not None else None
         if action is not None:
             try:
-                acts = parse_actions(action)
+                if calls and calls.refusal:
+                    raise ValueError(calls.refusal)
+                acts = parse_actions(calls.action if calls else action)
             except ValueError as exc:
                 info["action"] = "malformed"
                 parts.append(f"Malformed action: {exc}")
@@ -241,9 +263,14 @@ class RepoEnv(Environment):
                 for a in acts:
                     if a[0] == "submit":
                         submitted = True
+                        ran.append(outcome("ran"))
                         break
                     left = self.config.time_budget_s - state.used_s - (time.monotonic() - t0)
-                    parts.append(self._do(a, state.task, files, ctx, left, info))
+                    text, done = self._do(a, state.task, files, ctx, left, info)
+                    parts.append(text)
+                    ran.append(done)
+        if calls:
+            info["calls"] = call_outcomes(calls, ran, info["turn"])
         used = state.used_s + time.monotonic() - t0
         turn = state.turn + 1
         reason = ("context_full" if action is None else "submit" if submitted
@@ -266,7 +293,8 @@ class RepoEnv(Environment):
         return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), True, info)
 
     def _do(self, a: tuple, task: Task, files: dict, ctx: StepContext, left: float,
-            info: dict) -> str:
+            info: dict) -> tuple[str, dict]:
+        """Run one action: its text for the observation and its outcome (envs/tools.py)."""
         tree, _ = self.trees(task)
         view = apply_overlay(tree, files)
         kind = a[0]
@@ -275,19 +303,21 @@ class RepoEnv(Environment):
             d = "" if d in ("", ".") else d + "/"
             names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
                             for p in view if p.startswith(d)})
-            return f"$ ls {d or '.'}\n" + ("\n".join(names) if names else "(nothing there)")
+            return (f"$ ls {d or '.'}\n" + ("\n".join(names) if names else "(nothing there)"),
+                    outcome("ran") if names else outcome("failed", "nothing there"))
         if kind == "read":
             path, start, end = a[1], a[2] or 1, a[3] or (a[2] or 1) + 199
             if path not in view:
-                return f"read {path}: no such file"
+                return _failed(f"read {path}: no such file")
             lines = view[path].decode("utf-8", "replace").splitlines()
             body = "\n".join(f"{i:5d} {lines[i - 1]}" for i in range(start, min(end, len(lines)) + 1))
-            return f"$ read {path} {start}-{min(end, len(lines))} of {len(lines)}\n{body}"
+            return (f"$ read {path} {start}-{min(end, len(lines))} of {len(lines)}\n{body}",
+                    outcome("ran"))
         if kind == "search":
             try:
                 rx = re.compile(a[1])
             except re.error as exc:
-                return f"search: bad pattern {a[1]!r}: {exc}"
+                return _failed(f"search: bad pattern {a[1]!r}: {exc}")
             d = a[2].strip("/")
             hits = []
             for p, data in view.items():
@@ -296,35 +326,37 @@ class RepoEnv(Environment):
                     for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
                         if rx.search(line):
                             hits.append(f"{p}:{i}: {line.strip()[:160]}")
-            return f"$ search {a[1]!r}\n" + ("\n".join(hits[:60]) or "(no match)") + (
-                f"\n... {len(hits) - 60} more" if len(hits) > 60 else "")
+            return (f"$ search {a[1]!r}\n" + ("\n".join(hits[:60]) or "(no match)") + (
+                f"\n... {len(hits) - 60} more" if len(hits) > 60 else ""), outcome("ran"))
         if kind in ("edit", "write"):
             path = a[1]
             if kind == "write":
                 new = a[2]
             else:
                 if path not in view:
-                    return f"edit {path}: no such file (use <write> to make one)"
+                    return _failed(f"edit {path}: no such file (use <write> to make one)")
                 new = view[path].decode("utf-8", "replace")
                 blocks = _BLOCK.findall(a[2])
                 if not blocks:
-                    return f"edit {path}: no <<<<<<< SEARCH ... ======= ... >>>>>>> REPLACE block"
+                    return _failed(f"edit {path}: no <<<<<<< SEARCH ... ======= ... >>>>>>> "
+                                   "REPLACE block")
                 for old, rep in blocks:
                     n = new.count(old) if old else 0
                     if n != 1:
-                        return (f"edit {path}: a SEARCH block matches {n} times (it must match "
-                                f"exactly once; nothing was changed): {old[:80]!r}")
+                        return _failed(f"edit {path}: a SEARCH block matches {n} times (it must "
+                                       f"match exactly once; nothing was changed): {old[:80]!r}")
                     new = new.replace(old, rep, 1)
             data = new.encode()
             if len(data) > _MAX_FILE_BYTES:
-                return f"{kind} {path}: refused, over {_MAX_FILE_BYTES} bytes"
+                return _failed(f"{kind} {path}: refused, over {_MAX_FILE_BYTES} bytes")
             files[path] = data
             note = " (a test file: edits to tests are dropped at grading)" if is_test_path(path) else ""
-            return f"{kind} {path}: ok ({len(data)} bytes){note}"
+            return f"{kind} {path}: ok ({len(data)} bytes){note}", outcome("ran")
         # run
         argv = a[1]
         if left <= 0:
-            return f"$ {' '.join(argv)}: skipped, the episode's time budget is spent"
+            return (f"$ {' '.join(argv)}: skipped, the episode's time budget is spent",
+                    outcome("not_run", "the episode's time budget is spent"))
         from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
         from envs.repo.source import pristine_base  # noqa: PLC0415
 
@@ -343,8 +375,31 @@ class RepoEnv(Environment):
             mine, cmd, limits, base=pristine_base(p["repo"], p["sdist_sha256"], files))
         if res.infra_error:
             info["infra_error"] = True
-            return f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): {res.error}"
-        return _describe(f"$ {shlex.join(argv)}", res)
+            return (f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): "
+                    f"{res.error}", outcome("not_run", f"infra error: {res.error}"))
+        passed, total = _pytest_counts(res.stdout) if argv[0] == "pytest" else (None, None)
+        return _describe(f"$ {shlex.join(argv)}", res), outcome(
+            "ran" if res.status == "ok" else "failed", "" if res.status == "ok" else
+            f"{res.status} (exit {res.exit_code})", passed, total)
+
+
+def _failed(text: str) -> tuple[str, dict]:
+    """An action that could not do its work: its message is the observation and the detail."""
+    return text, outcome("failed", text)
+
+
+_COUNT = re.compile(r"(\d+) (passed|failed|errors?)\b")
+
+
+def _pytest_counts(stdout: str) -> tuple[int | None, int | None]:
+    """(passed, run) from pytest's last summary line (`3 failed, 5 passed in 0.1s`); None
+    when there is none (a collection that never started). Errors count as run, not passed."""
+    lines = [ln for ln in stdout.splitlines() if _COUNT.search(ln) and " in " in ln]
+    if not lines:
+        return None, None
+    n = {k.rstrip("s"): int(v) for v, k in _COUNT.findall(lines[-1])}
+    passed = n.get("passed", 0)
+    return passed, passed + n.get("failed", 0) + n.get("error", 0)
 
 
 def resolved_reward(b: RewardBreakdown) -> RewardBreakdown:

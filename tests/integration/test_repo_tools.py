@@ -1,0 +1,106 @@
+"""The repo kind with `action_format: tools` in the one episode loop (`play`), on a real
+instance (inflection, as tests/integration/test_repo_hacks.py) in the real sandbox and grader,
+its conversation in SmolLM2-135M-Instruct's real chat template (it cannot render `tools=`, so
+the declarations go into the system message). A replayed policy (tokens drawn from the real
+tokenizer, not a model) runs the failing test and reads the buggy lines, then edits them and
+submits; another's first turn holds a call to a tool the kind does not have. The rows keep
+each call's outcome, and the mask keeps the sampled tokens, and only them, in the loss."""
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from envs.registry import make_env
+from envs.repo.scripted import gold_hunks
+from flows.config import load_config
+from flows.episode_exec import step_local
+from flows.episodes import episode_rows, play, replay_policy
+from sandbox.config import SandboxConfig
+from storage.schema import rows_to_table
+from training import pretrained
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def tok():
+    path = pretrained.converted_dir("smollm2-135m-instruct")
+    if not (path / pretrained.MODEL_FILE).is_file():
+        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+    from training.tokenizer import load_tokenizer
+
+    return load_tokenizer(str(path))
+
+
+@pytest.fixture(scope="module")
+def env():
+    return make_env("repo", {"repos": ["inflection"], "max_turns": 3, "action_format": "tools"})
+
+
+@pytest.fixture(scope="module")
+def task(env):
+    return next(t for t in env.generate() if len(t.payload["files"]) == 1)
+
+
+def call(name, **args):
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": args})}\n</tool_call>'
+
+
+def fix(task):
+    """The gold patch as edit calls, then submit."""
+    return "".join(call("edit", path=p, search=o, replace=n)
+                   for p, _, o, n in gold_hunks(task)) + call("submit")
+
+
+def _play(tok, env, task, replies, drawn):
+    cfg = load_config(None, [])
+    scfg = SandboxConfig(timeout_s=30, memory_mb=1024)
+    eps = play([task], [env], 1, 1 << 14, tok, 512, replay_policy(tok, replies, drawn),
+               lambda turn, items: step_local(items, scfg, cfg.rewards))
+    return eps[0], episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
+
+
+def _policy_tokens(t):
+    return [(i, lp) for i, lp, m in zip(t.ids, t.logprobs, t.mask) if m]
+
+
+def test_repo_through_tools_resolves_and_the_row_keeps_each_calls_outcome(tok, env, task):
+    hunks = gold_hunks(task)
+    first = ("I will look first.\n" + call("run", command="pytest -x " + shlex.quote(
+        task.payload["fail_to_pass"][0])) + "".join(
+        call("read", path=p, start=s, end=s + 6) for p, s, _, _ in hunks))
+    drawn: dict = {}
+    e, row = _play(tok, env, task, {task.task_id: [first, fix(task)]}, drawn)
+    assert e.final["end_reason"] == "submit" and e.grade.solved, e.grade
+    assert "[exit 1]" in e.observations[0] and "1 failed" in e.observations[0]
+    assert [m["role"] for m in e.chat.messages] == ["system", "user", "assistant", "tool",
+                                                    "assistant"]
+    assert "search" in e.chat.messages[0]["content"]  # the repo kind's tools, as text
+    assert _policy_tokens(e.tokens) == [p for ids, lps in drawn[task.task_id]
+                                        for p in zip(ids, lps)]
+    assert e.chat.check().equal and row["completion_mask"] == e.tokens.mask
+    calls = row["tool_calls"]
+    assert [(c["turn"], c["name"], c["status"]) for c in calls] == (
+        [(1, "run", "failed")] + [(1, "read", "ran")] * len(hunks)
+        + [(2, "edit", "ran")] * len(hunks) + [(2, "submit", "ran")])
+    assert (calls[0]["tests_passed"], calls[0]["tests_total"]) == (0, 1)
+    assert all(c["tests_total"] is None for c in calls[1:])
+    assert rows_to_table([row], 0, 0).column("tool_calls").to_pylist() == [calls]
+
+
+def test_a_call_to_a_tool_the_kind_lacks_runs_nothing_of_its_turn(tok, env, task):
+    path = gold_hunks(task)[0][0]
+    first = call("grep", pattern="def ") + call("read", path=path)
+    drawn: dict = {}
+    e, row = _play(tok, env, task, {task.task_id: [first, fix(task)]}, drawn)
+    assert e.grade.solved and e.state.history[0]["action"] == "malformed"
+    assert "unknown tool 'grep'" in e.observations[0] and "$ read" not in e.observations[0]
+    assert [(c["turn"], c["name"], c["status"]) for c in row["tool_calls"][:2]] == [
+        (1, "grep", "malformed"), (1, "read", "not_run")]
+    assert "unknown tool 'grep'" in row["tool_calls"][0]["detail"]
+    assert _policy_tokens(e.tokens) == [p for ids, lps in drawn[task.task_id]
+                                        for p in zip(ids, lps)]
+    env_ids = [i for i, m in zip(e.tokens.ids, e.tokens.mask) if not m]
+    assert "unknown tool 'grep'" in tok.tok.decode(env_ids)
