@@ -252,10 +252,12 @@ class RunEngine:
                 raise EngineError(f"the server's log-probs of the probe are v{self.version}'s to "
                                   f"the last bit after loading v{version}: the load changed nothing")
         except EngineError as exc:
+            self._probe = None
             if mode == "in_place":
+                # the weights served are unknown now: the stage's retry starts a fresh server
+                self.version = None
                 raise
             self.fallbacks += 1
-            self._probe = None
             log.warning("loading v%d into the vLLM server in place failed (%s): restarting it on "
                         "v%d", version, exc, version)
             return False
