@@ -35,6 +35,8 @@ def _duck_type(t: pa.DataType) -> str:
         return _duck_type(t.value_type) + "[]"
     if pa.types.is_map(t):
         return f"MAP({_duck_type(t.key_type)}, {_duck_type(t.item_type)})"
+    if pa.types.is_struct(t):
+        return "STRUCT(" + ", ".join(f"{_quote(f.name)} {_duck_type(f.type)}" for f in t) + ")"
     return {pa.int16(): "SMALLINT", pa.int32(): "INTEGER", pa.int64(): "BIGINT",
             pa.float32(): "FLOAT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
             pa.bool_(): "BOOLEAN"}[t]
