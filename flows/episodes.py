@@ -350,7 +350,8 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
     for i, (e, g) in enumerate(zip(eps, grades)):
         t = e.task
         gid = group_offset + i // group
-        multi = e.env.max_turns > 1 or e.chat is not None  # a chat's prompt ends in its mask
+        # a chat's per-turn record is kept even at one turn: its calls are read turn by turn
+        multi = e.env.max_turns > 1 or e.chat is not None
         rows.append({
             "run_id": cfg.run_id, "iteration": iteration, "policy_version": version,
             "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
