@@ -387,9 +387,9 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
 
 
 def episode_metrics(eps: list[Episode], prefix: str = "episode") -> dict:
-    """Turns, end reasons, per-turn seconds and token shares of the multi-turn episodes of a
-    batch (none: no metrics)."""
-    eps = [e for e in eps if e.env.max_turns > 1]
+    """Turns, end reasons, per-turn seconds and token shares of the multi-turn and tools
+    episodes of a batch (none: no metrics)."""
+    eps = [e for e in eps if e.env.max_turns > 1 or e.chat]  # a tools turn's calls count
     if not eps:
         return {}
     out = {f"{prefix}/count": len(eps),

@@ -96,6 +96,7 @@ def test_ops_through_tools_grades_the_empty_script_when_the_last_turn_has_no_val
     row = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
     assert [c["status"] for c in row["tool_calls"]] == ["malformed"]
     assert row["completion_mask"] == [1] * len(e.tokens.ids)  # one turn: all sampled
+    assert episode_metrics(eps)["episode/tool_valid_rate"] == 0.0
 
 
 def test_ops_tools_options_are_refused_by_name_where_they_cannot_work():
