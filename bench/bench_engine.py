@@ -6,7 +6,9 @@ template). Prints tokens/s side by side and their ratio, the server's first and 
 seconds, the gap between the engine's log-probs and the trainer's (the policy's fp32
 forward on the same ids, training/batch.py `token_logprobs`), and the weight sync of a LoRA
 policy (an adapter version loaded into a running server, the one before unloaded) with the
-same request sampled through the adapter; a full-weight sync is a restart (the warm start).
+same request sampled through the adapter; and the full-weight sync both ways: a changed
+checkpoint folder loaded into the running server in place (flows/sampler.py's default) against
+a restart on it (the warm start).
 
     make model engine
     .venv/bin/python bench/bench_engine.py [--threads 2] [--max-num-seqs 64] [--dtype float32]
@@ -14,7 +16,8 @@ same request sampled through the adapter; a full-weight sync is a restart (the w
         [--temperature 1.0] [--top-p 1.0] [--cold] [--skip-local] [--json out.json]
 
 Order: the local sampler first (no server running), then the server's first start, a warm-up
-request, the timed request, a stop and a second (warm) start; then a LoRA-enabled server. `--cold` deletes vLLM's compile
+request, the timed request, the in-place full-weight loads, a stop and a second (warm) start;
+then a LoRA-enabled server. `--cold` deletes vLLM's compile
 cache first, so the first start compiles (as on a new machine).
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ import torch  # noqa: E402
 
 from engine.boundary import LocalSampler, SampleRequest  # noqa: E402
 from engine.vllm_sampler import VLLMSampler  # noqa: E402
-from engine.vllm_server import ServerSettings, VLLMServer  # noqa: E402
+from engine.vllm_server import DEV_MODE_ENV, ServerSettings, VLLMServer  # noqa: E402
 from training.batch import make_batch, token_logprobs  # noqa: E402
 from training.policy import load_pretrained  # noqa: E402
 from training.pretrained import resolve  # noqa: E402
@@ -134,6 +137,39 @@ def lora_sync(model, model_dir: str, settings: ServerSettings, req: SampleReques
     return out
 
 
+def full_sync(server: VLLMServer, model, model_dir: str, probe: list[int]) -> dict:
+    """Full weights loaded in place, as flows/sampler.py syncs a version: a copy of the model
+    with every MLP weight moved (a stand-in for an update) written as a checkpoint folder,
+    loaded into the running server and back, each timed (load + prefix-cache reset); the
+    server's log-probs of `probe` must change to the new weights' and back."""
+    import copy  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    folder = Path(tempfile.mkdtemp(prefix="rollforge-full-bench-")) / "model"
+    new = copy.deepcopy(model)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in new.named_parameters():
+            if "mlp" in name:
+                p.add_(0.02 * torch.randn_like(p))
+    shutil.copytree(model_dir, folder)
+    new.save_pretrained(str(folder))
+    try:
+        before = server.prompt_logprobs(probe)
+        out: dict = {"load_s": []}
+        for path in (folder, model_dir):
+            t = time.perf_counter()
+            server.reload_weights(path)
+            out["load_s"].append(time.perf_counter() - t)
+            got = server.prompt_logprobs(probe)
+            if path == folder:
+                out["changed_mean_abs"] = sum(abs(x - y) for x, y in zip(got, before)) / len(got)
+        out["back_max_abs"] = max(abs(x - y) for x, y in zip(got, before))
+    finally:
+        shutil.rmtree(folder.parent, ignore_errors=True)
+    return out
+
+
 def summary(out, seconds: float) -> dict:
     tokens = sum(len(c.token_ids) for c in out)
     return {"tokens": tokens, "seconds": seconds, "tok_s": tokens / seconds,
@@ -179,7 +215,8 @@ def main() -> None:
                               kv_cache_gib=a.kv_gib, max_num_seqs=a.max_num_seqs,
                               max_model_len=2048, log_dir=str(ROOT / "runs" / "engine-bench"),
                               eager=not a.compile,
-                              extra_env=dict(kv.split("=", 1) for kv in a.server_env))
+                              extra_env={**DEV_MODE_ENV,
+                                         **dict(kv.split("=", 1) for kv in a.server_env)})
     res: dict = {"settings": {"model": MODEL, "prompts": a.prompts, "n": a.n,
                               "new_tokens": a.new_tokens, "temperature": a.temperature,
                               "top_p": a.top_p, "threads": a.threads, "local_batch": a.local_batch,
@@ -219,6 +256,11 @@ def main() -> None:
         res["engine"] = summary(out, secs)
         print(f"engine (vLLM): {res['engine']['tokens']} tokens in {secs:.1f} s = "
               f"{res['engine']['tok_s']:.1f} tok/s", flush=True)
+        res["full_sync"] = full_sync(server, model, model_dir, prompts[0])
+        fs = res["full_sync"]
+        print(f"full weights in place: {fs['load_s'][0]:.2f} s (a changed folder; log-probs moved "
+              f"{fs['changed_mean_abs']:.3f} nats/token), {fs['load_s'][1]:.2f} s back (then "
+              f"{fs['back_max_abs']:.1e} from the first)", flush=True)
         if not a.skip_warm_start:
             server.stop()
             server.start()
@@ -242,11 +284,13 @@ def main() -> None:
     if "local" in res:
         res["ratio"] = res["engine"]["tok_s"] / res["local"]["tok_s"]
         print(f"\nengine / local tokens/s: {res['ratio']:.2f}x")
+    if "full_sync" in res:
+        print(f"weight sync, full weights: in place {res['full_sync']['load_s'][0]:.2f} s "
+              f"against a restart (warm start) of {res.get('warm_start_s', float('nan')):.0f} s")
     if "lora" in res:
         lo = res["lora"]
         print(f"weight sync: LoRA adapter load {lo['load_s'][0]:.2f} s (first), "
-              f"{lo['sync_s']:.2f} s (next version: load + unload the last); full weights = a "
-              f"warm restart ({res.get('warm_start_s', float('nan')):.0f} s); through the "
+              f"{lo['sync_s']:.2f} s (next version: load + unload the last); through the "
               f"adapter {lo['tok_s']:.1f} tok/s, log-prob gap mean / max "
               f"{lo['logprob_gap']['mean_abs']:.2e} / {lo['logprob_gap']['max_abs']:.2e}")
     print(f"server start: first {res['first_start_s']:.0f} s, warm "

@@ -7,8 +7,8 @@ the process: engine/vllm_server.py). Before a version samples, the server is bro
 
     full weights:            version v's checkpoint folder loaded into the running server in
                              place (vLLM's reload_weights through its development route
-                             /collective_rpc, then /reset_prefix_cache): 1.5-3 s against a
-                             restart's 80 s for SmolLM2-135M on this CPU; the server's
+                             /collective_rpc, then /reset_prefix_cache): 1.5-6 s against a
+                             restart's 80-105 s for SmolLM2-135M on this CPU; the server's
                              log-probs of a fixed probe must then differ from v-1's, else (a
                              load that changed nothing, an error) the server is restarted on v
                              (`sampling.engine_full_sync`; engine/sync_fallbacks)

@@ -87,7 +87,8 @@ class SamplingConfig(BaseModel):
         "reload_weights through /collective_rpc, the server started with "
         "VLLM_SERVER_DEV_MODE=1; its prefix cache reset), checked by the server's log-probs of "
         "a fixed probe changing, and a failure fails the stage; `restart`, the server restarted "
-        "on the folder (80 s against 1.5-3 s for SmolLM2-135M on a 2-core CPU, engine/README.md); "
+        "on the folder (80-105 s against 1.5-6 s in place for SmolLM2-135M on a 2-core CPU, "
+        "docs/benchmarks.md); "
         "`auto`, in place with a restart (logged, engine/sync_fallbacks) when the load fails")
     turns: Literal["auto", "per_episode", "synchronous"] = Field(
         "auto", description="how multi-turn episodes take turns (flows/episodes.py `play`): "
