@@ -139,15 +139,21 @@ def plan(world: int, client=None, share: float = 1.0) -> list[Slot]:
 
 def _reachable_ip(client) -> str:
     """This machine's address on the route to the scheduler (loopback for a local cluster):
-    what a UDP socket connected towards it is bound to (nothing is sent)."""
+    what a UDP socket connected towards it is bound to (nothing is sent); without a route, the
+    address of this machine's host name (as Dask's own `get_ip` does)."""
     host = rank_spawn.host_of(client.scheduler.address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_DGRAM) as s:
         try:
             s.connect((host, 80))
-            return s.getsockname()[0]
-        except OSError:  # no route: the scheduler is this machine's
-            return "::1" if family == socket.AF_INET6 else "127.0.0.1"
+            if s.getsockname()[0] != "0.0.0.0":
+                return s.getsockname()[0]
+        except OSError:
+            pass
+    try:
+        return socket.getaddrinfo(socket.gethostname(), 80, family, socket.SOCK_DGRAM)[0][4][0]
+    except socket.gaierror:
+        return "127.0.0.1"
 
 
 # ---- the supervisor ----------------------------------------------------------------------
