@@ -199,7 +199,12 @@ def _column(name: str, values: list[Any], field: pa.Field) -> pa.Array:
     if _struct_list(field.type):
         _check_struct_keys(name, values, field.type.value_type)
     try:
-        if _struct_list(field.type) or pa.types.is_map(field.type):
+        if _struct_list(field.type):  # built with its type, after the inferred one is checked:
+            inferred = pa.array(values).type  # Arrow would truncate 1.5 into an int32 field
+            if not _compatible(inferred, field.type):
+                raise TypeError(f"got {inferred}")
+            arr = pa.array(values, field.type)
+        elif pa.types.is_map(field.type):
             arr = pa.array(values, field.type)
         else:
             arr = pa.array(values)

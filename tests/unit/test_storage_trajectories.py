@@ -99,6 +99,37 @@ def test_an_unknown_key_is_refused_naming_it(run_dir):
         write_shard(run_dir, 0, 0, [example_row(rewrd=1.0)])
 
 
+CALL = {"turn": 1, "name": "read", "status": "ran", "detail": "", "tests_passed": None,
+        "tests_total": None}
+
+
+@pytest.mark.parametrize("call, message", [
+    (dict(CALL, turn="1"), "'tool_calls'.*row 2"),              # a string is not a turn number
+    (dict(CALL, tests_passed=1.5), "'tool_calls'.*row 2"),      # no silent truncation
+    (dict(CALL, stauts="ran"), r"'tool_calls': row 2 has key\(s\) \['stauts'\]"),
+])
+def test_a_tool_call_that_does_not_fit_its_struct_is_refused_naming_the_column(run_dir, call,
+                                                                              message):
+    rows = example_rows(3)
+    rows[0]["tool_calls"] = [CALL]
+    rows[2]["tool_calls"] = [CALL, call]
+    with pytest.raises(ValueError, match=message):
+        write_shard(run_dir, 0, 0, rows)
+
+
+def test_tool_calls_round_trip_and_unnest_in_duckdb(run_dir):
+    rows = example_rows(2)
+    rows[0]["tool_calls"] = [CALL, dict(CALL, turn=2, name="run", status="failed",
+                                         detail="failed (exit 1)", tests_passed=3, tests_total=5)]
+    write_shard(run_dir, 0, 0, rows)
+    df = read_trajectories(run_dir)
+    assert list(df.tool_calls[0]) == rows[0]["tool_calls"] and df.tool_calls[1] is None
+    trajectories = pa.Table.from_pandas(df[["tool_calls"]])  # noqa: F841 (read by DuckDB)
+    got = duckdb.sql("SELECT c.name, c.tests_passed FROM (SELECT UNNEST(tool_calls) AS c "
+                     "FROM trajectories) ORDER BY c.turn").fetchall()
+    assert got == [("read", None), ("run", 3)]
+
+
 def test_a_missing_required_key_is_refused_naming_it(run_dir):
     row = example_row()
     del row["task_id"]
