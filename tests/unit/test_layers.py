@@ -105,6 +105,8 @@ def _module_files() -> dict[str, Path]:
     for pkg in LAYER:
         for f in sorted((ROOT / pkg).rglob("*.py")):
             parts = list(f.relative_to(ROOT).with_suffix("").parts)
+            if "build" in parts:  # a package build's copies (git-ignored), not the code
+                continue
             if parts[-1] == "__init__":
                 parts.pop()
             mods[".".join(parts)] = f
