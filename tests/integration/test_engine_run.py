@@ -1,7 +1,7 @@
 """Runs whose policy samples through a real vLLM server (`sampling.engine: vllm`): the tiny
 byte-level config (a 1-layer GPT-2 the server loads with the byte tokenizer as Hugging Face
 files) through the real CLI, Prefect, Dask, sandbox and DeepSpeed. The server starts with the
-run, is restarted on each new version's weights, and is gone when the run ends; its log-probs
+run, loads each new version's weights in place, and is gone when the run ends; its log-probs
 are the rows' and agree with the trainer's; a run whose server is SIGKILLed mid-iteration
 completes with the rows an undisturbed run has. Skips without the engine's venv (`make engine`)."""
 import subprocess
@@ -83,8 +83,11 @@ def test_the_rows_carry_the_engines_samples_and_logprobs_that_agree_with_the_tra
     # fp32 on both sides: the engine's log-probs are the trainer's up to kernel rounding
     assert m["train/logprob_gap_mean"] < 1e-3, m["train/logprob_gap_mean"]
     assert m["train/logprob_gap_tokens"] > 0 and m["train/is_weight_mean"] > 0.99
-    # v0 for the baseline and iteration 0; v1 for its evaluation: full weights, a restart
+    # v0 for the baseline and iteration 0; v1 for its evaluation (after the iteration's
+    # metrics): full weights, loaded into the one server in place
     assert m["engine/syncs"] >= 1 and m["engine/sync_s"] > 0 and m["engine/restarts"] == 0
+    logs = sorted((run_dir / "engine").glob("server-*.log"))
+    assert len(logs) == 1 and "Reloading weights inplace" in logs[0].read_text()
     assert "sampler/trainer log-prob gap" in proc.stdout + proc.stderr
 
 
@@ -169,10 +172,10 @@ def test_a_lora_run_brings_each_version_to_the_server(lora_run):
         assert len(logs) == 1
         text = logs[0].read_text()
         assert "smollm2-v0" in text and "smollm2-v1" in text, text[-3000:]
-    else:  # v0 and v1 merged into the base, each served by a restart; only the last kept
-        assert len(logs) == 2
+    else:  # v0 and v1 merged into the base, v1's loaded into v0's server; only the last kept
+        assert len(logs) == 1
         assert [p.name for p in (run_dir / "engine").glob("merged-v*")] == ["merged-v0001"]
-        assert "merged-v0001" in logs[-1].read_text()
+        assert "Reloading weights inplace" in logs[0].read_text()
     assert m["engine/restarts"] == 0 and m["engine/syncs"] >= 1
     # the engine's fp32 log-probs against the trainer's bf16 autocast: a gap, measured
     assert 0 < m["train/logprob_gap_mean"] < 0.5 and m["train/logprob_gap_tokens"] > 0
