@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.base import Environment, StepContext
-from flows.rollouts import _sandbox, map_within
+from flows.rollouts import sandbox_for, map_within
 from rewards.aggregate import RewardConfig
 from sandbox.config import SandboxConfig
 
@@ -42,7 +42,7 @@ def step_episode(env: Environment, state: Any, action: str | None, sandbox_cfg: 
     """Run one turn of `state` with the policy's `action` (None: end it now, context full)."""
     t0 = time.perf_counter()
     scfg = sandbox_config_for(env, sandbox_cfg)
-    sandbox = _sandbox(scfg)
+    sandbox = sandbox_for(scfg)
     r = env.step(state, action, StepContext(sandbox, scfg.limits(), reward_cfg))
     return Stepped(r.state, r.observation, r.done, r.info, time.perf_counter() - t0,
                    sandbox.name, getattr(sandbox, "image_digest", None))

@@ -26,7 +26,7 @@ from flows.episode_exec import Stepped, step_deadline_s
 from flows.episodes import BusyClock, Episode, episode_metrics, heldout_metrics, play
 from flows.parameters import config_dict, whole_config
 # the stages, also reached as flows.iteration.<stage> (benches, tests)
-from flows.pipeline import (_eval_due, _phase, checkpoint, generate_tasks,  # noqa: F401
+from flows.pipeline import (eval_due, phase_label, checkpoint, generate_tasks,  # noqa: F401
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
@@ -157,7 +157,7 @@ class _Play:
                                                          threads))))
                    for k, i in enumerate(range(0, len(items), size))]
         sizes = {f: len(items[i:i + size]) for f, i in zip(futures, range(0, len(items), size))}
-        with Progress(f"{_phase(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
+        with Progress(f"{phase_label(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
                       "steps") as shown:
             while (state := wait_futures(futures, timeout=0.25)).not_done:
                 shown.update(sum(sizes[f] for f in state.done),
@@ -338,7 +338,7 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
         mine = [r for r in rows if r["source"] == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)
         metrics[f"rollout/source/{src}/mean_reward"] = stages.rollout_metrics(mine)["rollout/mean_reward"]
-    if _eval_due(cfg, it):
+    if eval_due(cfg, it):
         t = time.perf_counter()
         metrics.update(evaluate_policy(cfg, it + 1, opts, client))
         metrics["time/evaluate_s"] = time.perf_counter() - t

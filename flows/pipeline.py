@@ -1,4 +1,4 @@
-"""The loop's stages, each a Prefect task (flows/staging.py `_stage`) whose cache key is
+"""The loop's stages, each a Prefect task (flows/staging.py `pipeline_stage`) whose cache key is
 explicit — (stage, run id, iteration, round, shard, policy version, config hash, code version,
 digest of the stage's other inputs) — with its result persisted under the run folder
 (`.prefect-results/`), so re-running a finished iteration recomputes nothing and a run killed
@@ -18,7 +18,7 @@ from flows.config import RunConfig
 from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
 from flows.rollouts import dask_client, launcher_vars
-from flows.staging import _has_checkpoint, _stage
+from flows.staging import has_checkpoint, pipeline_stage
 from flows.warm_start import agent_demos, dataset_pairs, probe_fn
 from storage import registry, trajectories
 from tasks.record import Task
@@ -30,8 +30,8 @@ from training.progress import Progress
 from training.trainer import RLSample, sft_warm_start
 
 
-@_stage("sft_warm_start", retries=1, timeout_s=4 * 3600,
-        product=_has_checkpoint(lambda p: 0))
+@pipeline_stage("sft_warm_start", retries=1, timeout_s=4 * 3600,
+        product=has_checkpoint(lambda p: 0))
 def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     """The warm start on every source's training tasks with references: (prompt, reference)
     pairs of the single-turn kinds, action-format demonstrations through the real environment
@@ -70,7 +70,7 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     return out
 
 
-@_stage("generate_tasks", timeout_s=600)
+@pipeline_stage("generate_tasks", timeout_s=600)
 def generate_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger,
                    exclude: list[str]) -> list[Task]:
     """The round's tasks, drawn by the curriculum sampler from the ledger of earlier iterations."""
@@ -84,7 +84,7 @@ def _salt(round_: int | str, turn: int, k: int) -> str:
     return base if turn == 1 and k == 0 else f"{base}:turn{turn}:{k}"
 
 
-@_stage("sample_completions", timeout_s=3600)
+@pipeline_stage("sample_completions", timeout_s=3600)
 def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int | str,
                        turn: int, k: int, contexts: list[list[int]], max_new_tokens: int,
                        greedy: bool) -> tuple[list[Sample], float]:
@@ -99,13 +99,13 @@ def sample_completions(cfg: RunConfig, iteration: int, version: int, round_: int
     t0 = time.perf_counter()
     local = s.engine == "local"
     with torch_threads.budget(cfg.threads.torch) if local else nullcontext(), \
-            Progress(f"{_phase(iteration, version, round_, turn)}: sampling", len(contexts),
+            Progress(f"{phase_label(iteration, version, round_, turn)}: sampling", len(contexts),
                      "sequences") as shown:
         out = as_samples(request, sampler.sample(cfg, version, request, shown))
     return out, time.perf_counter() - t0
 
 
-def _phase(iteration: int, version: int, round_: int | str, turn: int) -> str:
+def phase_label(iteration: int, version: int, round_: int | str, turn: int) -> str:
     """What a round's turn is for, as its progress lines name it."""
     what = (f"held-out evaluation of v{version} ({str(round_)[5:]})"
             if str(round_).startswith("eval-") else
@@ -113,7 +113,7 @@ def _phase(iteration: int, version: int, round_: int | str, turn: int) -> str:
     return what + (f", turn {turn}" if turn > 1 else "")
 
 
-@_stage("run_rollouts", retries=3, timeout_s=None)
+@pipeline_stage("run_rollouts", retries=3, timeout_s=None)
 def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int | str, shard: int,
                  turn: int, items: list, deadline_s: float) -> list[Stepped]:
     """One shard of environment steps (a single-turn kind's step grades the answer): they fan
@@ -124,14 +124,14 @@ def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int | str
     return step_many(client, items, cfg.sandbox, cfg.rewards, timeout_s=deadline_s)
 
 
-@_stage("score", timeout_s=1800)
+@pipeline_stage("score", timeout_s=1800)
 def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, episodes: list,
                    group_offset: int) -> list[dict]:
     return episode_rows(cfg, iteration, version, episodes, cfg.sampling.group_size, cfg.hash(),
                         group_offset)
 
 
-@_stage("write_trajectories", timeout_s=1800)
+@pipeline_stage("write_trajectories", timeout_s=1800)
 def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> list[str]:
     # One switch from any earlier attempt of this iteration (another config or code) to this
     # one: readers never see rows of both, and a crash at any step leaves one whole attempt.
@@ -140,8 +140,8 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
                                         [rows[i:i + size] for i in range(0, len(rows), size)])
 
 
-@_stage("update_policy", retries=1, timeout_s=4 * 3600,
-        product=_has_checkpoint(lambda p: p["version"] + 1))
+@pipeline_stage("update_policy", retries=1, timeout_s=4 * 3600,
+        product=has_checkpoint(lambda p: p["version"] + 1))
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
     t0 = time.perf_counter()
     samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
@@ -166,7 +166,7 @@ def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]
     return {**out, **chosen, "train/stage_seconds": time.perf_counter() - t0}
 
 
-@_stage("checkpoint", retries=2, timeout_s=600,
+@pipeline_stage("checkpoint", retries=2, timeout_s=600,
         product=lambda p: p["iteration"] in registry.finished_iterations(p["cfg"].run_dir))
 def checkpoint(cfg: RunConfig, iteration: int, version: int, metrics: dict) -> str:
     path = checkpoints.checkpoint_dir(cfg.run_dir, version + 1)
@@ -180,5 +180,5 @@ def checkpoint(cfg: RunConfig, iteration: int, version: int, metrics: dict) -> s
     return str(path)
 
 
-def _eval_due(cfg: RunConfig, iteration: int) -> bool:
+def eval_due(cfg: RunConfig, iteration: int) -> bool:
     return (iteration + 1) % cfg.eval_every == 0 or iteration + 1 == cfg.iterations

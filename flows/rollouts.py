@@ -14,7 +14,7 @@ _SANDBOXES: dict[str, Sandbox] = {}
 _SANDBOX_LOCK = threading.Lock()
 
 
-def _sandbox(cfg: SandboxConfig) -> Sandbox:
+def sandbox_for(cfg: SandboxConfig) -> Sandbox:
     """One sandbox per worker process and config (warm pools live as long as the worker)."""
     key = cfg.model_dump_json()
     with _SANDBOX_LOCK:

@@ -50,7 +50,7 @@ def _stage_key(stage: str):
     return key
 
 
-def _stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
+def pipeline_stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
            product: Callable[[dict], bool] | None = None):
     """A pipeline stage: explicit cache key, persisted result, retries with backoff, a
     deadline (enforced by Prefect for stages the flow calls directly; rollout shards, which
@@ -110,5 +110,5 @@ def submit_stage(stage, opts: dict, *args):
     return stage.with_options(**_options(stage, opts, args)).submit(*bulky(args))
 
 
-def _has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:
+def has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:
     return lambda p: checkpoints.exists(p["cfg"].run_dir, version_of(p))

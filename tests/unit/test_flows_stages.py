@@ -269,9 +269,9 @@ def test_a_hung_stage_is_interrupted_at_its_deadline_and_retried(cfg, tmp_path):
     from prefect import flow
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.staging import _stage
+    from flows.staging import pipeline_stage
 
-    @_stage("hang_probe", retries=1, timeout_s=1)
+    @pipeline_stage("hang_probe", retries=1, timeout_s=1)
     def hang(cfg, iteration: int) -> int:
         _time.sleep(60)
         return 1
@@ -354,13 +354,13 @@ def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tm
     from prefect import flow
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.staging import _stage, call_stage
+    from flows.staging import pipeline_stage, call_stage
 
     run_cfg = cfg.model_copy(update={"out_dir": str(tmp_path)})
     made = _P(run_cfg.run_dir) / "product.txt"
     opts = {"result_storage": tmp_path / "results"}  # as train_flow: the run's own
 
-    @_stage("product_probe", retries=0, timeout_s=None,
+    @pipeline_stage("product_probe", retries=0, timeout_s=None,
             product=lambda p: (_P(p["cfg"].run_dir) / "product.txt").exists())
     def make(cfg, iteration: int) -> str:
         made.write_text("made")

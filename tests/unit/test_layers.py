@@ -75,16 +75,11 @@ PRIVATE_IMPORTS: set[tuple[str, str, str]] = {
     ("envs.io.families.edges", "envs.io.procedural", "_task_hash"),
     # The flows' helpers shared between their modules; flows/config.py and flows/eval_*.py are
     # being reworked by another change.
-    ("flows.iteration", "flows.pipeline", "_eval_due"),
-    ("flows.iteration", "flows.pipeline", "_phase"),
     ("flows.iteration", "flows.config", "_set_dotted"),
     ("flows.eval_model", "flows.config", "_check_prompts_fit"),
     ("flows.eval_model", "flows.config", "_format_errors"),
     ("flows.eval_model", "flows.config", "_set_dotted"),
     ("flows.eval_model", "flows.iteration", "_Play"),
-    ("flows.episode_exec", "flows.rollouts", "_sandbox"),
-    ("flows.pipeline", "flows.staging", "_has_checkpoint"),
-    ("flows.pipeline", "flows.staging", "_stage"),
     ("flows.cli_data", "storage.sft_export", "_check_out"),
 }
 
