@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import subprocess
 import sys
 import time
@@ -157,7 +156,6 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override for both runs (e.g. tasks.families=[add,mul])")
     args = ap.parse_args()
-    os.nice(0)
     results = [one_seed(args, s) for s in args.seeds]
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "results.json").write_text(json.dumps(
