@@ -389,8 +389,11 @@ def _log_gap(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
                 f"{metrics['train/logprob_gap_max']:.2e}, {metrics['train/logprob_gap_over']:.3f} "
                 f"of tokens over 0.1")
         if "engine/sync_s" in metrics:
-            line += (f"; engine synced to v{col['sampled_with']} in {metrics['engine/sync_s']:.1f}s"
-                     f", {metrics['engine/restarts']} restart(s)")
+            how = (" in place" if metrics.get("engine/sync_in_place") else "") + (
+                f" ({metrics['engine/sync_fallbacks']} fallback(s) to a restart)"
+                if metrics.get("engine/sync_fallbacks") else "")
+            line += (f"; engine synced to v{col['sampled_with']}{how} in "
+                     f"{metrics['engine/sync_s']:.1f}s, {metrics['engine/restarts']} restart(s)")
         (log.warning if gap > cfg.rl.logprob_gap_warn else log.info)(
             line + (f" (over rl.logprob_gap_warn={cfg.rl.logprob_gap_warn}: the sampler and the "
                     "trainer disagree about the policy)" if gap > cfg.rl.logprob_gap_warn else ""))
