@@ -2,8 +2,9 @@
 its own filtered successes (issue 40, item 3).
 
     .venv/bin/python bench/bench_rejection_round.py [--seeds 0 1] [--out /tmp/rollforge-bench-rs]
-        [--config configs/default.yaml] [--base-steps 400] [--round-steps 150] [--round-lr 1e-3]
-        [--tasks-per-iteration 64] [--n 4] [--per-task-cap 4] [--set KEY=VALUE ...]
+        [--config configs/default.yaml] [--base-steps 400] [--base-until-pass P]
+        [--round-steps 150] [--round-lr 1e-3] [--tasks-per-iteration 64] [--n 4]
+        [--per-task-cap 4] [--set KEY=VALUE ...]
 
 Per seed, every step a `rollforge` command in a child process (no training loop of its own):
   1. `rollforge run` of one RL iteration: the warm start (`--base-steps` of SFT on the sources'
@@ -87,7 +88,7 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict:
     if not (base / "checkpoints" / "v0001").exists():
         secs["base_run"] = sh(CLI + ["run", *common, "--set", "run_id=base",
                                      "--set", f"sft.steps={args.base_steps}",
-                                     "--set", "sft.until_pass=null",
+                                     "--set", f"sft.until_pass={args.base_until_pass or 'null'}",
                                      "--set", f"tasks.tasks_per_iteration={args.tasks_per_iteration}"],
                               out / "base_run.log")
     evals = {}
@@ -147,6 +148,9 @@ def main() -> None:
     ap.add_argument("--config", default="configs/default.yaml")
     ap.add_argument("--base-steps", type=int, default=400,
                     help="SFT steps of the base's warm start (short: a base with room to improve)")
+    ap.add_argument("--base-until-pass", type=float, default=None, metavar="P",
+                    help="warm start the base until its probe passes P (sft.until_pass; "
+                         "--base-steps is then its most), as the default run does")
     ap.add_argument("--round-steps", type=int, default=150, help="SFT steps of the round")
     ap.add_argument("--round-lr", type=float, default=1e-3, help="peak lr of the round's SFT")
     ap.add_argument("--tasks-per-iteration", type=int, default=64,
