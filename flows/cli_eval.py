@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "See docs/evaluation.md.",
         epilog="examples: rollforge eval --model runs/tiny --sources io --n 4; "
                "rollforge eval --suite humaneval --samples samples.jsonl --workers 4")
-    what = p.add_mutually_exclusive_group(required=True)
+    what = p.add_mutually_exclusive_group()
     what.add_argument("--model", default=None, metavar="MODEL",
                       help="CHECKPOINT_DIR, RUN_DIR[:VERSION] (default: its newest checkpoint), "
                       "a known model name (smollm2-135m-instruct) or a Hugging Face folder")
@@ -86,6 +86,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "of the warm zygote (sandbox.fork_server; on by default)")
     p.add_argument("--quiet", action="store_true", help="print only the pass@k lines")
     p.set_defaults(func=run_eval)
+    sub = p.add_subparsers(dest="eval_command", metavar="transfer", required=False)
+    _register_transfer(sub)
+
+
+def _register_transfer(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser(
+        "transfer", help="the transfer matrix: base and runs' final checkpoints x sources",
+        description="Evaluate the base model and each run's final checkpoint on every source "
+                    "(reusing evaluations already in the store) and write the matrix of greedy "
+                    "pass@1 [Wilson 95%%] and its change from the base [paired bootstrap over "
+                    "tasks, 95%%] as transfer.md, transfer.csv and transfer.png. See "
+                    "docs/evaluation.md.")
+    t.add_argument("runs", nargs="+", metavar="RUN_DIR",
+                   help="run folders; each contributes its newest finished checkpoint, "
+                   "labelled by the sources its config trained on")
+    t.add_argument("--base", required=True, metavar="MODEL",
+                   help="the base model, in any --model form (e.g. smollm2-135m-instruct, "
+                   "runs/<id>:0)")
+    t.add_argument("--sources", nargs="+", required=True, metavar="SOURCE",
+                   help="the columns: kinds, task files or JSON source objects (give each a "
+                   "distinct \"name\")")
+    t.add_argument("--out", required=True, help="folder for the tables and the heatmap")
+    t.add_argument("--split", choices=("heldout", "train", "all"), default="heldout")
+    t.add_argument("--n", type=int, default=4,
+                   help="sampled completions a task besides the greedy one (default: %(default)s)")
+    t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--store", default="runs")
+    t.add_argument("--config", dest="config_file", default=None, metavar="FILE",
+                   help="one base config for every cell, so all checkpoints generate under the "
+                   "same sampling settings (default: each run's own config)")
+    t.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    t.add_argument("--chunk-size", type=int, default=16)
+    t.set_defaults(func=run_transfer)
+
+
+def run_transfer(args: argparse.Namespace) -> int:
+    from flows.env import apply_defaults
+
+    apply_defaults()
+    from flows.cli import UsageError
+    from flows.eval_model import EvalInputError
+    from flows.eval_transfer_flow import checkpoints_of, plans
+
+    kw = dict(n=args.n, split=args.split, seed=args.seed, store=args.store,
+              config_file=args.config_file, overrides=list(args.overrides),
+              chunk_size=args.chunk_size)
+    try:
+        cells = plans(checkpoints_of(args.base, args.runs), args.sources, **kw)
+    except EvalInputError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"transfer: {len(cells)} cells ({len(args.runs) + 1} checkpoints x "
+          f"{len(args.sources)} sources)")
+    from flows.stop import Stopped, prefect_api, stop_on_signals
+
+    try:
+        with stop_on_signals(), prefect_api():
+            from flows.eval_transfer_flow import transfer_flow
+
+            res = transfer_flow(base=args.base, runs=list(args.runs), sources=list(args.sources),
+                                out=args.out, **kw)
+    except Stopped as exc:
+        print(f"rollforge eval transfer: stopped by {exc.name}; the same command resumes",
+              file=sys.stderr)
+        return 128 + exc.signum
+    print(res["markdown"])
+    print(f"cells: {res['reused']} reused from the store, {res['run']} evaluated now (of "
+          f"{res['cells']}); wrote transfer.md, transfer.csv, transfer.png in {args.out}")
+    return 0
 
 
 def read_samples(path: str, known: set[str]) -> list[dict]:
@@ -205,6 +273,10 @@ def parse_ks(text: str) -> tuple[int, ...]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    from flows.cli import UsageError
+
+    if args.model is None and args.samples is None:
+        raise UsageError("give --model MODEL or --samples FILE (or `rollforge eval transfer`)")
     ks = parse_ks(args.k)
     if args.model is not None:
         from flows.eval_cli_model import run_model_eval
