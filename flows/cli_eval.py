@@ -150,7 +150,7 @@ def run_transfer(args: argparse.Namespace) -> int:
         print(f"rollforge eval transfer: stopped by {exc.name}; the same command resumes",
               file=sys.stderr)
         return 128 + exc.signum
-    print(res["markdown"])
+    print(res["table"])
     print(f"cells: {res['reused']} reused from the store, {res['run']} evaluated now (of "
           f"{res['cells']}); wrote transfer.md, transfer.csv, transfer.png in {args.out}")
     return 0

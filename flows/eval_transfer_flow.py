@@ -134,4 +134,4 @@ def transfer_flow(base: str, runs: list[str], sources: list[str], out: str, n: i
     paths = write_outputs(matrix, out)
     publish(matrix)
     return {"cells": len(cells), "reused": reused, "run": len(cells) - reused,
-            "markdown": to_markdown(matrix), **{k: str(v) for k, v in paths.items()}}
+            "table": to_markdown(matrix), **{f"{k}_path": str(v) for k, v in paths.items()}}

@@ -55,6 +55,7 @@ def test_transfer_matrix_is_evaluated_once_then_reused_and_written(tmp_path):
     first = _transfer(str(run), *common, "--out", str(out))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "cells: 0 reused from the store, 4 evaluated now (of 4)" in first.stdout
+    assert "| checkpoint | add | repeat |" in first.stdout  # the table is printed too
     assert len(list((store / evaluations.EVAL_DIR).iterdir())) == 4  # 2 checkpoints x 2 sources
 
     records = list(csv.DictReader((out / "transfer.csv").open()))
