@@ -7,6 +7,7 @@ Prefect table artifact.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,7 +95,10 @@ def publish(matrix, log=print) -> None:
 
         if FlowRunContext.get() is None:
             return
-        create_table_artifact(csv_records(matrix), key="rollforge-transfer-matrix",
+        # NaN (a cell without scored rows) is not JSON: an empty cell in the UI
+        cells = [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+                 for r in csv_records(matrix)]
+        create_table_artifact(cells, key="rollforge-transfer-matrix",
                               description=to_markdown(matrix))
     except Exception as exc:  # noqa: BLE001 (a UI that cannot be reached costs a warning)
         log(f"transfer: the Prefect artifact was not published ({exc})")

@@ -1,6 +1,7 @@
 """The transfer matrix over evaluation rows read back from real Parquet chunk files."""
 import csv
 import io
+import json
 import math
 
 import pytest
@@ -102,3 +103,32 @@ def test_tables_and_heatmap_are_written_with_every_cell(tmp_path):
         "transfer.csv", "transfer.md", "transfer.png"]  # no temporary left behind
     assert to_markdown(m) == md
     assert math.isnan(build_matrix({}, ["base"], ["a"]).cells[("base", "a")].pass1)
+
+
+def test_matrix_is_published_as_a_table_artifact_only_inside_a_flow_run(tmp_path):
+    from prefect import flow
+    from prefect.artifacts import Artifact
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.eval_transfer_flow import publish
+
+    rows = _store(tmp_path, {("base", "a"): {"t0": False, "t1": True},
+                             ("run", "a"): {"t0": True, "t1": True}})
+    m = build_matrix(rows, ["base", "run"], ["a"])
+    notes = []
+
+    @flow
+    def publishing():
+        publish(m, log=notes.append)
+
+    with prefect_test_harness(server_startup_timeout=180):
+        publish(m, log=notes.append)  # outside a flow run: nothing to attach it to
+        assert Artifact.get("rollforge-transfer-matrix") is None
+        publishing()
+        art = Artifact.get("rollforge-transfer-matrix")
+    assert notes == []
+    assert art is not None and art.type == "table"
+    cells = json.loads(art.data) if isinstance(art.data, str) else art.data
+    assert [(c["checkpoint"], c["source"], c["pass1"], c["delta"]) for c in cells] == [
+        ("base", "a", 0.5, None), ("run", "a", 1.0, 0.5)]
+    assert art.description == to_markdown(m)
