@@ -1,0 +1,17 @@
+"""Every test module's file name is unique across the test folders: pytest imports test modules
+by basename (rootdir-relative, no packages), so two files of one name in tests/unit and
+tests/integration stop the whole suite at collection ("import file mismatch"), which a run of
+one folder never shows."""
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_no_two_test_modules_share_a_file_name():
+    where = defaultdict(list)
+    for path in TESTS.rglob("*.py"):
+        if path.name.startswith("test_") and "__pycache__" not in path.parts:
+            where[path.name].append(str(path.relative_to(TESTS)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, f"test modules sharing a file name: {shared}"
