@@ -77,7 +77,8 @@ def _group_row(group: str, rows: list[dict], ks: tuple[int, ...], seed: int) -> 
         greedy_ci=wilson(sum(greedy), len(greedy)), pass_k=pass_k,
         samples=sum(len(v) for v in per_task.values()),
         unscored=sum(r["passed"] is None for r in rows),
-        hack_flagged=sum(bool(r["hack_flags"]) for r in rows))
+        # a flags list read through pandas is an array, whose truth cannot be read
+        hack_flagged=sum(r["hack_flags"] is not None and len(r["hack_flags"]) > 0 for r in rows))
 
 
 def summarize(rows: list[dict], ks: tuple[int, ...] = (1,), seed: int = 0) -> list[PassRow]:

@@ -59,6 +59,18 @@ def test_summary_uses_the_unbiased_estimator_per_task_and_leaves_unscored_out():
     assert "| family=f2 | 1 | 0.000 [0.000, 0.793] |" in text  # Wilson of 0 of 1
 
 
+
+def test_summary_reads_rows_as_pandas_gives_them_too():
+    """Rows from a DataFrame (`rollforge query` or pandas over the store) carry hack_flags as
+    numpy arrays: counted as lists are, not refused for an array's truth."""
+    import numpy as np
+
+    rows = [_row("a", "greedy", 0, True), _row("a", "sampled", 0, True, flags=("early_exit",)),
+            _row("a", "sampled", 1, False)]
+    as_pandas = [{**r, "hack_flags": np.asarray(r["hack_flags"], dtype=object)} for r in rows]
+    assert summarize(as_pandas)[0] == summarize(rows)[0]
+    assert summarize(as_pandas)[0].hack_flagged == 1
+
 def _eval_rows(chunk, n):
     base = {f.name: None for f in evaluations.EVALUATION_SCHEMA}
     return [{**base, "eval_id": "e1", "model": "m", "version": 0, "task_id": f"t{chunk}-{i}",
