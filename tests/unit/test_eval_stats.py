@@ -60,7 +60,7 @@ def test_summary_uses_the_unbiased_estimator_per_task_and_leaves_unscored_out():
 
 
 
-def test_summary_reads_rows_as_pandas_gives_them_too():
+def test_rows_read_through_pandas_are_summarised_as_the_lists_are():
     """Rows from a DataFrame (`rollforge query` or pandas over the store) carry hack_flags as
     numpy arrays: counted as lists are, not refused for an array's truth."""
     import numpy as np
