@@ -32,7 +32,6 @@ from flows.config import (ConfigError, load_config, parse_override, task_sources
 # one override rule, one error format and one length check for run and eval
 from flows.config import RunConfig, _check_prompts_fit, _format_errors, _set_dotted  # noqa: PLC2701
 from flows.iteration import _Play  # noqa: PLC2701 (the loop's round of episodes, reused)
-from flows.pipeline import sample_completions
 from flows.staging import CODE_VERSION, bulky
 from storage import evaluations, registry
 from training import checkpoints
@@ -225,7 +224,7 @@ class _CountingPlay(_Play):
     reused = 0
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
-        state = sample_completions.with_options(**self.opts)(*bulky(
+        state = self.sample_stage()(*bulky(
             (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens,
              self.greedy)), return_state=True)
         out, seconds = state.result()

@@ -11,6 +11,7 @@ finish; iterations already marked done are skipped outright.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Annotated
@@ -137,9 +138,18 @@ class _Play:
     def times(self) -> dict[str, float]:
         return {name: clock.seconds for name, clock in self.clocks.items()}
 
+    def sample_stage(self):
+        """The sample stage with the run's task options. Called from play's threads, where
+        Prefect cannot stop a blocked call (it only warned, once a call), it has no Prefect
+        deadline: an engine request has its own timeout (engine/vllm_sampler.py)."""
+        stage = sample_completions.with_options(**self.opts)
+        if threading.current_thread() is not threading.main_thread():
+            stage.timeout_seconds = None  # with_options reads None as "keep the stage's own"
+        return stage
+
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
         with self.clocks["sample"]:
-            return sample_completions.with_options(**self.opts)(*bulky(
+            return self.sample_stage()(*bulky(
                 (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens,
                  self.greedy)))
 
