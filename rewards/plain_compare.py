@@ -40,10 +40,12 @@ def _is_approx(node: ast.expr) -> bool:
 
 
 class _Rewrite(ast.NodeTransformer):
-    """Each operand through the checker. The two operands of a lone `==` or `!=` carry a pair
-    id (k on the left, -k on the right, k unique in the module): the checker sees both sides of
-    that comparison, in order, and can test the one that is not plain data against the other
-    (envs/testfile/plugin/values.py: values next to the test's own constant)."""
+    """Each operand through the checker. The two operands of a lone `==` carry a pair id (k on
+    the left, -k on the right, k unique in the module): the checker sees both sides of that
+    comparison, in order, and can test the one that is not plain data against the other
+    (envs/testfile/plugin/values.py: values next to the test's own constant). Not `!=`: there
+    the plain side is what the value must differ from, and a value next to it may be the
+    value's own (`caseless("x") != "y"`, and "x" is next to "y")."""
 
     def __init__(self) -> None:
         self.pairs = 0
@@ -59,7 +61,7 @@ class _Rewrite(ast.NodeTransformer):
         if not any(isinstance(op, _VALUE_OPS) for op in node.ops):
             return node
         pair = 0
-        if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+        if len(node.ops) == 1 and isinstance(node.ops[0], ast.Eq):
             self.pairs += 1
             pair = self.pairs
         node.left = self._operand(node.left, pair)

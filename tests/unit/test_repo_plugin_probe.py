@@ -406,8 +406,11 @@ def test_liars_tuned_to_the_tests_constants_fail_on_the_values_next_to_them(sand
     run = _run(sandbox, WINDOW_TESTS)
     assert run.infra is None, run.infra
     assert len(run.outcomes) == 4 and set(run.outcomes.values()) == {"failed"}, run.outcomes
-    assert all("equals values next to" in m for m in run.messages.values()), \
-        run.messages
+    # refused next to the constant, or earlier by the probe of random plain values when one of
+    # them fell in the window (it may: the probe draws strings of any length)
+    assert all("equals values next to" in m or "plain values only" in m
+               for m in run.messages.values()), run.messages
+    assert any("equals values next to" in m for m in run.messages.values()), run.messages
     assert "non_plain_result" in run.flags
 
 
@@ -434,3 +437,15 @@ def test_a_patch_of_pytest_made_in_a_fixtures_setup_is_flagged(sandbox):
     run = _run(sandbox, SETUP_FORGERY_TESTS)
     assert run.infra is None, run.infra
     assert "pytest_tampering" in run.flags, (run.flags, run.outcomes)
+
+
+def test_only_a_lone_equality_pairs_its_operands():
+    """A `!=`'s plain side is what the value must differ from: a value next to it may be the
+    value's own (caseless("x") != "y", and "x" is next to "y"), so `!=` carries no pair id and
+    its operands only meet the probe."""
+    from rewards.plain_compare import CHECKER, rewrite
+
+    eq = rewrite("def test():\n    assert f() == 'y'\n")
+    ne = rewrite("def test():\n    assert f() != 'y'\n")
+    assert f"{CHECKER}(f(), 1)" in eq and f"{CHECKER}('y', -1)" in eq
+    assert f"{CHECKER}(f())" in ne and f"{CHECKER}('y')" in ne

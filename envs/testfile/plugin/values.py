@@ -281,9 +281,10 @@ BODY = r'''
             setattr(_uc.TestCase, name, seal(_rollforge_assertion, getattr(_uc.TestCase, name),
                                              fresh=True, _n=n, _c=checked, _k=k))
 
-        # the equality assertions check their operands as a pair (k: a pair id of their own)
+        # the equality assertions check their operands as a pair (k: a pair id of their own);
+        # not assertNotEqual, as `!=` (rewards/plain_compare.py)
         for k, (name, n, eq) in enumerate((
-                ("assertEqual", 2, 1), ("assertNotEqual", 2, 1), ("assertTrue", 1, 0),
+                ("assertEqual", 2, 1), ("assertNotEqual", 2, 0), ("assertTrue", 1, 0),
                 ("assertFalse", 1, 0), ("assertIn", 2, 0), ("assertNotIn", 2, 0),
                 ("assertListEqual", 2, 1), ("assertTupleEqual", 2, 1), ("assertSetEqual", 2, 1),
                 ("assertDictEqual", 2, 1), ("assertSequenceEqual", 2, 1),
