@@ -58,7 +58,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "(default: %(default)s)")
     m.add_argument("--engine", choices=("local", "vllm"), default=None,
                    help="sampling engine (default: the config's sampling.engine)")
-    s = p.add_argument_group("--samples mode")
+    _register_samples_mode(p.add_argument_group("--samples mode"))
+    p.add_argument("--k", default="1,10,100",
+                   help="comma-separated k for pass@k, reported where every problem has at "
+                        "least k samples (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="print only the pass@k lines")
+    p.set_defaults(func=run_eval)
+    sub = p.add_subparsers(dest="eval_command", metavar="transfer", required=False)
+    _register_transfer(sub)
+
+
+def _register_samples_mode(s) -> None:
+    """The options of scoring a samples file (`--samples`)."""
     s.add_argument("--suite", "--kind", dest="kind", default=None,
                    help="the kind whose own tasks the samples answer (e.g. humaneval, io; see "
                    "`rollforge envs`)")
@@ -74,9 +85,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="wall-clock limit of one sample's whole run, seconds (default: %(default)s)")
     s.add_argument("--per-test-timeout", type=float, default=3.0,
                    help="limit of one call of the solution, seconds (default: %(default)s)")
-    p.add_argument("--k", default="1,10,100",
-                   help="comma-separated k for pass@k, reported where every problem has at "
-                        "least k samples (default: %(default)s)")
     s.add_argument("--batch-size", type=int, default=None,
                    help="samples graded per sandbox run, each in its own process inside it "
                         "(default: batches that shrink towards the end, so that the workers "
@@ -84,10 +92,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     s.add_argument("--no-fork-server", action="store_true",
                    help="process backend: a fresh interpreter per sandbox run instead of a fork "
                         "of the warm zygote (sandbox.fork_server; on by default)")
-    p.add_argument("--quiet", action="store_true", help="print only the pass@k lines")
-    p.set_defaults(func=run_eval)
-    sub = p.add_subparsers(dest="eval_command", metavar="transfer", required=False)
-    _register_transfer(sub)
 
 
 def _register_transfer(sub: argparse._SubParsersAction) -> None:
