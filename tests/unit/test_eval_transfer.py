@@ -121,6 +121,12 @@ def test_matrix_is_published_as_a_table_artifact_only_inside_a_flow_run(tmp_path
     def publishing():
         publish(m, log=notes.append)
 
+    # An earlier test in this process may have run the CLI under capsys, and Prefect's console
+    # handler still writes to that closed stream (its error handling then recursed): set
+    # Prefect's logging up again on this test's streams.
+    from prefect.logging.configuration import setup_logging
+
+    setup_logging(incremental=False)
     with prefect_test_harness(server_startup_timeout=180):
         publish(m, log=notes.append)  # outside a flow run: nothing to attach it to
         assert Artifact.get("rollforge-transfer-matrix") is None
