@@ -50,3 +50,15 @@ def _shared_prefect_server(tmp_path_factory):
         finally:
             os.environ.pop("PREFECT_API_URL", None)
             refresh_global_settings_context()
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """SmolLM2-135M-Instruct as `make model` converts it (its real tokenizer and chat template),
+    or the test skips, naming what to run."""
+    from training import pretrained  # noqa: PLC0415
+
+    path = pretrained.converted_dir("smollm2-135m-instruct")
+    if not (path / pretrained.MODEL_FILE).is_file():
+        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+    return path

@@ -19,19 +19,15 @@ from flows.episode_exec import step_local
 from flows.episodes import episode_rows, play, replay_policy
 from sandbox.config import SandboxConfig
 from storage.schema import rows_to_table
-from training import pretrained
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def tok():
-    path = pretrained.converted_dir("smollm2-135m-instruct")
-    if not (path / pretrained.MODEL_FILE).is_file():
-        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+def tok(smollm2_dir):
     from training.tokenizer import load_tokenizer
 
-    return load_tokenizer(str(path))
+    return load_tokenizer(str(smollm2_dir))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import pytest
 from envs.chat import ChatEpisode, ChatRenderer, template_report
 from envs.toolcalls import parse_tool_calls
 from envs.tools import schemas
-from training import pretrained
 from training.episodes import EpisodeTokens
 
 DATA = Path(__file__).parent / "data" / "chat_templates"
@@ -20,13 +19,10 @@ TEMPLATES = {"smollm2": None, "qwen2_5": (DATA / "qwen2_5.jinja").read_text(),
 
 
 @pytest.fixture(scope="module")
-def tok():
-    path = pretrained.converted_dir("smollm2-135m-instruct")
-    if not (path / pretrained.MODEL_FILE).is_file():
-        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+def tok(smollm2_dir):
     from training.tokenizer import load_tokenizer
 
-    return load_tokenizer(str(path))  # the wrapper the loop uses (training/tokenizer.py)
+    return load_tokenizer(str(smollm2_dir))  # the wrapper the loop uses (training/tokenizer.py)
 
 
 def renderer(tok, name, **kw):

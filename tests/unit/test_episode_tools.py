@@ -16,7 +16,6 @@ from flows.config import load_config
 from flows.episode_exec import step_local
 from flows.episodes import episode_metrics, episode_rows, full_function, play
 from storage.schema import rows_to_table
-from training import pretrained
 from training.generate import Sample
 from training.tokenizer import ByteTokenizer
 
@@ -25,13 +24,10 @@ WRONG = "    return None\n"  # a first attempt that fails the visible examples
 
 
 @pytest.fixture(scope="module")
-def tok():
-    path = pretrained.converted_dir("smollm2-135m-instruct")
-    if not (path / pretrained.MODEL_FILE).is_file():
-        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+def tok(smollm2_dir):
     from training.tokenizer import load_tokenizer
 
-    return load_tokenizer(str(path))
+    return load_tokenizer(str(smollm2_dir))
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from sandbox.config import SandboxConfig
 from sandbox.probe import probe
 from sandbox.rootfs import unavailable
 from storage.schema import rows_to_table
-from training import pretrained
 
 QWEN25 = (Path(__file__).parent / "data" / "chat_templates" / "qwen2_5.jinja").read_text()
 WHY = unavailable(probe())
@@ -29,13 +28,10 @@ BAD = '<tool_call>\n{"name": "shell", "arguments": {"script": "echo hi"}\n</tool
 
 
 @pytest.fixture(scope="module")
-def tok():
-    path = pretrained.converted_dir("smollm2-135m-instruct")
-    if not (path / pretrained.MODEL_FILE).is_file():
-        pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
+def tok(smollm2_dir):
     from training.tokenizer import load_tokenizer
 
-    t = load_tokenizer(str(path))
+    t = load_tokenizer(str(smollm2_dir))
     t.tok.chat_template = QWEN25  # this module's own copy: the loop renders the tokenizer's
     return t
 
