@@ -95,11 +95,11 @@ def _options(args: argparse.Namespace):  # noqa: ANN202
 
 def run_export(args: argparse.Namespace) -> int:
     from flows.cli import UsageError
-    from storage.sft_export import _check_out, export, resolve_runs
+    from storage.sft_export import check_out_dir, export, resolve_runs
 
     opts = _options(args)
     try:
-        _check_out(args.out, args.overwrite)  # before minutes of reading
+        check_out_dir(args.out, args.overwrite)  # before minutes of reading
         runs = resolve_runs(args.store)
         held, notes = (set(), []) if args.no_config_heldout else config_heldout(runs)
         result = export(args.store, args.out, opts, heldout=held, runs=runs,

@@ -251,7 +251,9 @@ def _write_folder(tmp: str, by_split: dict[str, list[dict]], manifest: dict) -> 
         os.close(fd)
 
 
-def _check_out(out_dir: str, overwrite: bool) -> None:
+def check_out_dir(out_dir: str, overwrite: bool) -> None:
+    """Refuse an `--out` that is remote, a file, or a non-empty folder without `overwrite`
+    (the CLI calls it before minutes of reading)."""
     if "://" in out_dir and not out_dir.startswith("file://"):
         raise ValueError(f"--out {out_dir!r}: the dataset is written to a local folder")
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
@@ -264,7 +266,7 @@ def write_dataset(out_dir: str, kept: pd.DataFrame, manifest: dict, overwrite: b
     """Write every split's JSONL and Parquet and the manifest into a temporary sibling folder,
     then rename it to `out_dir` (a replaced folder is moved aside first and deleted after): a
     reader sees the old dataset or the new one, and an error leaves no partial one."""
-    _check_out(out_dir, overwrite)
+    check_out_dir(out_dir, overwrite)
     out_dir = os.path.abspath(out_dir.removeprefix("file://"))
     exs = examples(kept)
     by_split = {s: [e for e in exs if e["split"] == s] for s in SPLITS}

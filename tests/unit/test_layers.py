@@ -80,7 +80,6 @@ PRIVATE_IMPORTS: set[tuple[str, str, str]] = {
     ("flows.eval_model", "flows.config", "_format_errors"),
     ("flows.eval_model", "flows.config", "_set_dotted"),
     ("flows.eval_model", "flows.iteration", "_Play"),
-    ("flows.cli_data", "storage.sft_export", "_check_out"),
 }
 
 
