@@ -64,7 +64,8 @@ def main() -> int:
     if args.group < 1 or args.rounds < 1 or args.step_delay_s < 0 or args.tasks < 0:
         ap.error("--group and --rounds take a count >= 1, --tasks >= 0, --step-delay-s >= 0")
 
-    from envs.io.families.edges import EDGES, first_attempts  # noqa: PLC0415
+    from envs.io.families.edges import EDGES  # noqa: PLC0415
+    from envs.io.procedural import first_attempts  # noqa: PLC0415
     from envs.registry import make_env  # noqa: PLC0415
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415

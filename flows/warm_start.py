@@ -47,7 +47,7 @@ def agent_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
     (at least two turns, so the fix has one), then the fix."""
     from envs.registry import make_env  # noqa: PLC0415
     from flows.episodes import build_demos  # noqa: PLC0415
-    from envs.io.families.edges import first_attempts  # noqa: PLC0415
+    from envs.io.procedural import first_attempts  # noqa: PLC0415
     from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
     from training.pretrained import split_gguf  # noqa: PLC0415
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from envs.io.families import ALL, Family
 from envs.io.families.base import Params, distinct_params
+from envs.io.families.edges import EdgeFamily
 from tasks.record import Task, TestCase
 
 FAMILIES: dict[str, Family] = {f.name: f for f in ALL}
@@ -181,3 +182,21 @@ def training_instances(families: list[str], difficulties: list[int], tasks_per_f
             if t.split == "train":
                 out.setdefault(t.fingerprint(), t)
     return sorted(out.values(), key=lambda t: t.task_id)
+
+
+def first_attempts(families: list[str], difficulties: list[int], tasks_per_family: int,
+                   seed: int = 0, variants: int = 1) -> dict[str, str]:
+    """task_id -> naive body, for the edge families among `families`, over the same draws as
+    `generate_suite` (and `training_instances` with `variants` seeds)."""
+    out: dict[str, str] = {}
+    for s in range(seed, seed + variants):
+        for name in families:
+            fam = FAMILIES.get(name)
+            if not isinstance(fam, EdgeFamily):
+                continue
+            for d in difficulties:
+                rng = random.Random(f"{s}:{name}:{d}")
+                for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
+                    tid = f"proc/{name}/{_task_hash(name, params, d)}"
+                    out.setdefault(tid, fam.naive_reference(params, name))
+    return out

@@ -81,8 +81,7 @@ def test_the_iteration_is_checkpointed_with_episode_metrics(run):
 def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     import shutil
 
-    from envs.io.families.edges import first_attempts
-    from envs.io.procedural import generate_suite
+    from envs.io.procedural import first_attempts, generate_suite
     from envs.registry import make_env
     from flows.config import load_config
     from flows.episode_exec import step_local

@@ -7,8 +7,8 @@ import pickle
 
 import pytest
 
-from envs.io.families.edges import EDGES, first_attempts
-from envs.io.procedural import generate_suite
+from envs.io.families.edges import EDGES
+from envs.io.procedural import first_attempts, generate_suite
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local

@@ -8,14 +8,15 @@ that follows the example fails, the visible tests say why, and a second turn can
 benefit of a second turn is measurable on these tasks.
 
 Each family also has a `naive` body, the plausible first attempt that misses the edge (for
-multi-turn SFT demonstrations and scripted policies); `first_attempts` gives it per task id.
+multi-turn SFT demonstrations and scripted policies); `envs.io.procedural.first_attempts` gives
+it per task id.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from envs.io.families.base import Family, Params, Rng, distinct_params, level_of
+from envs.io.families.base import Family, Params, Rng, level_of
 
 
 @dataclass(frozen=True)
@@ -167,25 +168,3 @@ BOXES = edge_family("boxes", "n", lambda r, d: r.randint(1, 20 * d + 20), [
 ])
 
 EDGES: list[EdgeFamily] = [MAX_OR, DIGIT_SUM, IN_RANGE, BOXES]
-
-
-def first_attempts(families: list[str], difficulties: list[int], tasks_per_family: int,
-                   seed: int = 0, variants: int = 1) -> dict[str, str]:
-    """task_id -> naive body, for the edge families among `families`, over the same draws as
-    `envs.io.procedural.generate_suite` (and `training_instances` with `variants` seeds)."""
-    import random  # noqa: PLC0415
-
-    from envs.io.procedural import FAMILIES, _task_hash  # noqa: PLC0415 (procedural imports us)
-
-    out: dict[str, str] = {}
-    for s in range(seed, seed + variants):
-        for name in families:
-            fam = FAMILIES.get(name)
-            if not isinstance(fam, EdgeFamily):
-                continue
-            for d in difficulties:
-                rng = random.Random(f"{s}:{name}:{d}")
-                for params in distinct_params(lambda: fam.draw_params(rng, d), tasks_per_family):
-                    tid = f"proc/{name}/{_task_hash(name, params, d)}"
-                    out.setdefault(tid, fam.naive_reference(params, name))
-    return out
