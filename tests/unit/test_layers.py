@@ -63,13 +63,6 @@ CYCLES: set[frozenset[str]] = {
 
 # (importer, source, name): a private name imported from another module.
 PRIVATE_IMPORTS: set[tuple[str, str, str]] = {
-    # The io kind's families share input helpers and the task hash between modules under
-    # private names.
-    ("envs.io.families.verify", "envs.io.families.basic", "_ALPHA"),
-    ("envs.io.families.verify", "envs.io.families.basic", "_K"),
-    ("envs.io.families.verify", "envs.io.families.basic", "_int_in"),
-    ("envs.io.families.verify", "envs.io.families.basic", "_list_in"),
-    ("envs.io.families.verify", "envs.io.families.basic", "_str_in"),
     # The flows' helpers shared between their modules; flows/config.py and flows/eval_*.py are
     # being reworked by another change.
     ("flows.iteration", "flows.config", "_set_dotted"),

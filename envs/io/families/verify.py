@@ -10,7 +10,7 @@ cannot help, since there is nothing to imitate. `body` is kept only to check the
 from __future__ import annotations
 
 from envs.io.families.base import Family
-from envs.io.families.basic import _ALPHA, BASIC, _K, _int_in, _list_in, _str_in
+from envs.io.families.basic import ALPHA, BASIC, K, int_in, list_in, str_in
 
 _SMALL = lambda r, d: r.randint(2, 3 + 2 * d)  # noqa: E731
 
@@ -24,38 +24,38 @@ def _vo(name, arg, draw_params, sentence, body, fn, draw_input, split_as=None,
 VERIFY: list[Family] = [
     _vo("sum_times", "xs", lambda r, d: {"k": r.randint(2, 9)},
         lambda p: f"Return the sum of xs times {p['k']}.",
-        lambda p: f"sum(xs) * {p['k']}", lambda p, xs: sum(xs) * p["k"], _list_in),
-    _vo("count_plus", "s", lambda r, d: {"c": r.choice(_ALPHA), "k": _K(r, d)},
+        lambda p: f"sum(xs) * {p['k']}", lambda p, xs: sum(xs) * p["k"], list_in),
+    _vo("count_plus", "s", lambda r, d: {"c": r.choice(ALPHA), "k": K(r, d)},
         lambda p: f"Return how many times {p['c']!r} occurs in s plus {p['k']}.",
         lambda p: f"s.count({p['c']!r}) + {p['k']}", lambda p, s: s.count(p["c"]) + p["k"],
-        _str_in),
-    _vo("count_times", "s", lambda r, d: {"c": r.choice(_ALPHA), "k": _SMALL(r, d)},
+        str_in),
+    _vo("count_times", "s", lambda r, d: {"c": r.choice(ALPHA), "k": _SMALL(r, d)},
         lambda p: f"Return how many times {p['c']!r} occurs in s times {p['k']}.",
         lambda p: f"s.count({p['c']!r}) * {p['k']}", lambda p, s: s.count(p["c"]) * p["k"],
-        _str_in),
+        str_in),
     _vo("prefix_repeat", "s", lambda r, d: {"k": r.randint(1, 3 + 2 * d), "m": _SMALL(r, d)},
         lambda p: f"Return the first {p['k']} characters of s repeated {p['m']} times.",
-        lambda p: f"s[:{p['k']}] * {p['m']}", lambda p, s: s[: p["k"]] * p["m"], _str_in),
-    _vo("add_add", "x", lambda r, d: {"a": _K(r, d), "b": _K(r, d)},
+        lambda p: f"s[:{p['k']}] * {p['m']}", lambda p, s: s[: p["k"]] * p["m"], str_in),
+    _vo("add_add", "x", lambda r, d: {"a": K(r, d), "b": K(r, d)},
         lambda p: f"Return x plus {p['a']} plus {p['b']}.",
-        lambda p: f"x + {p['a']} + {p['b']}", lambda p, x: x + p["a"] + p["b"], _int_in),
+        lambda p: f"x + {p['a']} + {p['b']}", lambda p, x: x + p["a"] + p["b"], int_in),
     _vo("mul_mul", "x", lambda r, d: {"a": r.randint(2, 9), "b": r.randint(2, 9)},
         lambda p: f"Return x times {p['a']} times {p['b']}.",
-        lambda p: f"x * {p['a']} * {p['b']}", lambda p, x: x * p["a"] * p["b"], _int_in),
+        lambda p: f"x * {p['a']} * {p['b']}", lambda p, x: x * p["a"] * p["b"], int_in),
     _vo("filter_sum", "xs", lambda r, d: {"k": r.randint(0, 12)},
         lambda p: f"Return the sum of the items of xs greater than {p['k']}.",
         lambda p: f"sum([v for v in xs if v > {p['k']}])",
-        lambda p, xs: sum(v for v in xs if v > p["k"]), _list_in),
-    _vo("sum_plus_times", "xs", lambda r, d: {"a": r.randint(2, 9), "b": _K(r, d)},
+        lambda p, xs: sum(v for v in xs if v > p["k"]), list_in),
+    _vo("sum_plus_times", "xs", lambda r, d: {"a": r.randint(2, 9), "b": K(r, d)},
         lambda p: f"Return the sum of xs times {p['a']} plus {p['b']}.",
         lambda p: f"sum(xs) * {p['a']} + {p['b']}", lambda p, xs: sum(xs) * p["a"] + p["b"],
-        _list_in),
-    _vo("repeat_plus", "s", lambda r, d: {"k": _SMALL(r, d), "t": r.choice(_ALPHA) * 2},
+        list_in),
+    _vo("repeat_plus", "s", lambda r, d: {"k": _SMALL(r, d), "t": r.choice(ALPHA) * 2},
         lambda p: f"Return s repeated {p['k']} times plus {p['t']!r}.",
-        lambda p: f"s * {p['k']} + {p['t']!r}", lambda p, s: s * p["k"] + p["t"], _str_in),
-    _vo("prefix_plus", "s", lambda r, d: {"k": r.randint(1, 3 + 2 * d), "t": r.choice(_ALPHA) * 2},
+        lambda p: f"s * {p['k']} + {p['t']!r}", lambda p, s: s * p["k"] + p["t"], str_in),
+    _vo("prefix_plus", "s", lambda r, d: {"k": r.randint(1, 3 + 2 * d), "t": r.choice(ALPHA) * 2},
         lambda p: f"Return the first {p['k']} characters of s plus {p['t']!r}.",
-        lambda p: f"s[:{p['k']}] + {p['t']!r}", lambda p, s: s[: p["k"]] + p["t"], _str_in),
+        lambda p: f"s[:{p['k']}] + {p['t']!r}", lambda p, s: s[: p["k"]] + p["t"], str_in),
 ]
 
 
