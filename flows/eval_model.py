@@ -243,10 +243,12 @@ def rows_of(episodes, mode: str, base: dict, chunk: int, written_at: str) -> lis
     for e in episodes:
         g = e.grade
         reward = None if g is None or math.isnan(g.reward) else float(g.reward)
-        rows.append({**base, "source": e.task.source, "family": e.task.family,
+        rows.append({**base, "source": e.task.source,
+                     "kind": e.env.name or type(e.env).__name__, "family": e.task.family,
                      "difficulty": e.task.difficulty, "split": e.task.split,
                      "task_id": e.task.task_id, "mode": mode, "sample_index": e.index,
-                     "completion": "".join(e.text), "reward": reward, "passed": solved(e),
+                     "prompt": e.intro, "completion": "".join(e.text),
+                     "answer_executed": e.executed, "reward": reward, "passed": solved(e),
                      "tests_passed": g.tests_passed if g else None,
                      "tests_total": g.tests_total if g else None,
                      "status": g.status if g else (e.final or {}).get("end_reason"),

@@ -9,6 +9,9 @@ Layout under a store (beside its run folders; the `_` keeps it out of `registry.
 evaluation resumes at the first chunk without a file. A chunk file appears by one rename of a
 finished temporary file (storage.fs.atomic_write): a reader sees a chunk whole or not at all, and
 a rerun never writes a chunk's rows twice (a chunk that is there is skipped, never appended to).
+
+`kind`, `prompt` and `answer_executed` came later (for `rollforge data export --evaluations`):
+chunk files written before them are read with those columns null.
 """
 from __future__ import annotations
 
@@ -31,13 +34,16 @@ EVALUATION_SCHEMA = pa.schema([
     pa.field("code_version", pa.string()),   # flows.staging.CODE_VERSION of the writing process
     pa.field("seed", pa.int64()),            # sampling seed
     pa.field("source", pa.string()),
+    pa.field("kind", pa.string()),           # the environment that graded it (null in older chunks)
     pa.field("family", pa.string()),
     pa.field("difficulty", pa.int64()),
     pa.field("split", pa.string()),
     pa.field("task_id", pa.string()),
     pa.field("mode", pa.string()),           # "greedy" (1 per task) or "sampled" (n per task)
     pa.field("sample_index", pa.int64()),    # 0..n-1 within the task and mode
+    pa.field("prompt", pa.string()),         # the first observation, as text (null in older chunks)
     pa.field("completion", pa.string()),
+    pa.field("answer_executed", pa.string()),  # the last action as run, where it differs
     pa.field("reward", pa.float64()),        # null: not scored (infra_error)
     pa.field("passed", pa.bool_()),          # rewards/outcome.solved; null: not scored
     pa.field("tests_passed", pa.int64()),
@@ -113,3 +119,32 @@ def read_evaluation(store: str, eval_id: str) -> pa.Table:
     tables = [pq.read_table(f.path, filesystem=None if f.is_local else f.fs,
                             schema=EVALUATION_SCHEMA) for f in files]
     return pa.concat_tables(tables) if tables else EVALUATION_SCHEMA.empty_table()
+
+
+def has_evaluations(store: str) -> bool:
+    root = locate(store).join(EVAL_DIR)
+    return root.is_dir() and bool(root.names())
+
+
+def resolve_evaluations(paths: list[str]) -> list[tuple[str, str]]:
+    """(store, eval_id) of every evaluation that the inputs name: an evaluation's folder
+    (`<store>/_evaluations/<eval_id>`, holding spec.json), a store's `_evaluations` folder, or
+    a store that holds one. FileNotFoundError names an input that is missing or holds none."""
+    found: list[tuple[str, str]] = []
+    for p in paths:
+        loc = locate(p)
+        if not loc.is_dir():
+            raise FileNotFoundError(f"evaluations {p!r} do not exist (expected a store holding "
+                                    f"{EVAL_DIR}/, that folder, or one evaluation's folder)")
+        if "spec.json" in loc.names():
+            evals = [(loc.parent().parent().uri, loc.name)]
+        else:
+            root = loc if loc.name == EVAL_DIR else loc.join(EVAL_DIR)
+            store = loc.parent().uri if loc.name == EVAL_DIR else loc.uri
+            evals = ([(store, e) for e in sorted(root.names()) if root.join(e).is_dir()
+                      and "spec.json" in root.join(e).names()] if root.is_dir() else [])
+        if not evals:
+            raise FileNotFoundError(f"evaluations {p!r} hold no evaluation (no {EVAL_DIR}/"
+                                    "<eval_id>/spec.json; `rollforge eval --model` writes them)")
+        found += [e for e in evals if e not in found]
+    return found

@@ -54,16 +54,24 @@ def _file_ref(root: Location, path: str) -> str:
     return path if root.is_local else root.fs.unstrip_protocol(path)
 
 
+def _columns(fields: list[pa.Field], present: set[str]) -> list[str]:
+    """Each field by name, or a typed null where no file has it (written before it existed)."""
+    return [_quote(f.name) if f.name in present
+            else f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields]
+
+
+def _present(con: duckdb.DuckDBPyConnection, source: str) -> set[str]:
+    return {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+
+
 def _trajectories_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
     fields = list(TRAJECTORY_SCHEMA)
     if not files:
-        cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields)
-        return f"SELECT {cols} WHERE false"
+        return f"SELECT {', '.join(_columns(fields, set()))} WHERE false"
     source = (f"read_parquet([{', '.join(_sql_str(f) for f in files)}], hive_partitioning=true, "
               "hive_types={'iteration': 'BIGINT'}, union_by_name=true)")
-    present = {row[0] for row in con.sql(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-    cols = [_quote(f.name) if f.name in present
-            else f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields]
+    present = _present(con, source)
+    cols = _columns(fields, present)
     # rows written before schema version 4 get `solved` from their facts (rewards/outcome.py)
     at = TRAJECTORY_SCHEMA.names.index("solved")
     cols[at] = (f'coalesce("solved", {SOLVED_SQL}) AS "solved"' if "solved" in present
@@ -73,14 +81,13 @@ def _trajectories_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
     return f"SELECT {', '.join(cols + [_quote(c) for c in extra])} FROM {source}"
 
 
-def _evaluations_sql(files: list[str]) -> str:
+def _evaluations_sql(con: duckdb.DuckDBPyConnection, files: list[str]) -> str:
     fields = list(evaluations.EVALUATION_SCHEMA)
     if not files:
-        cols = ", ".join(f"CAST(NULL AS {_duck_type(f.type)}) AS {_quote(f.name)}" for f in fields)
-        return f"SELECT {cols} WHERE false"
-    cols = ", ".join(_quote(f.name) for f in fields)
-    return (f"SELECT {cols} FROM read_parquet([{', '.join(_sql_str(f) for f in files)}], "
-            "union_by_name=true)")
+        return f"SELECT {', '.join(_columns(fields, set()))} WHERE false"
+    source = f"read_parquet([{', '.join(_sql_str(f) for f in files)}], union_by_name=true)"
+    # chunks written before `prompt` and the other later columns read them as null
+    return f"SELECT {', '.join(_columns(fields, _present(con, source)))} FROM {source}"
 
 
 def _registry_frames(runs: list[str]) -> dict[str, pd.DataFrame]:
@@ -160,7 +167,7 @@ def _connect(root: Location, store: str) -> tuple[duckdb.DuckDBPyConnection, Sto
                              "the trajectories view is empty")
     con.execute(f"CREATE VIEW trajectories AS {_trajectories_sql(con, files)}")
     con.execute("CREATE VIEW evaluations AS "
-                + _evaluations_sql([_file_ref(root, f) for f in evaluations.live_files(store)]))
+                + _evaluations_sql(con, [_file_ref(root, f) for f in evaluations.live_files(store)]))
     for name, frame in _registry_frames(runs).items():
         con.register(f"_{name}_frame", frame)
         con.execute(f"CREATE VIEW {name} AS SELECT * FROM _{name}_frame")

@@ -15,7 +15,8 @@ def _row(eval_id, model, source, task, passed, mode="greedy", idx=0):
     return {"eval_id": eval_id, "model": model, "version": 1, "config_hash": "h",
             "code_version": "c", "seed": 0, "source": source, "family": source,
             "difficulty": 1, "split": "heldout", "task_id": task, "mode": mode,
-            "sample_index": idx, "completion": "x", "reward": None if passed is None else
+            "sample_index": idx, "kind": "io", "prompt": "p", "completion": "x",
+            "answer_executed": None, "reward": None if passed is None else
             float(passed), "passed": passed, "tests_passed": None, "tests_total": None,
             "status": "ok", "hack_flags": [], "infra_error": passed is None, "turns": 1,
             "gen_s": 0.0, "chunk": 0, "written_at": "2026-12-04T00:00:00+00:00"}
