@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "repo": "envs.repo:RepoEnv",
     "reasoning_gym": "envs.reasoning_gym:ReasoningGymEnv",
     "verifiers": "envs.verifiers:VerifiersEnv",
+    "openenv": "envs.openenv:OpenEnvEnv",
 }
 
 

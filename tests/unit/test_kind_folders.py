@@ -101,8 +101,8 @@ def _belongs_to(test_file: Path, kind: str) -> bool:
 def _copy_without(kind: str, dest: Path) -> Path:
     tree = dest / "tree"
     shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
-        ".git", ".venv", ".engine-venv", ".verifiers-venv", "runs", "__pycache__",
-        ".pytest_cache", "*.egg-info"))
+        ".git", ".venv", ".engine-venv", ".verifiers-venv", ".openenv-venv", "runs",
+        "__pycache__", ".pytest_cache", "*.egg-info"))
     shutil.rmtree(tree / "envs" / kind)
     registry = tree / "envs" / "registry.py"
     text = registry.read_text()
