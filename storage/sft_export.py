@@ -1,10 +1,14 @@
-"""Verified trajectories of the store as an SFT dataset (rejection sampling: the next round's
-data from this round's successes).
+"""Verified trajectories and evaluation samples of the store as an SFT dataset (rejection
+sampling: the next round's data from this round's successes).
 
-A row is kept when it was verified: status ok, no infra error, no hack or tamper flag, and
-`solved` (every hidden test passed; rewards/outcome.py) or, with a threshold, reward >= it.
+The rows are runs' trajectories, evaluations' graded samples (`rollforge eval --model`,
+storage/evaluations.py), or both. A row is kept when it was verified: status ok, no infra
+error, no hack or tamper flag, and `solved` (every hidden test passed; rewards/outcome.py) or,
+with a threshold, reward >= it.
 Then, per task: optionally one example per normalised answer (dedup) and at most N examples.
-A task held out by any input run never reaches the train split (`heldout_task`); the other
+A task held out by any input run never reaches the train split (`heldout_task`), nor does a task
+that an input evaluation held out (its rows' split), unless `train_on_evaluated_heldout` releases
+those (the manifest lists them: a model trained on them has no held-out claim on them). The other
 tasks are split by task (never by row, so a task's examples stay on one side) into train and
 validation by a hash of (seed, task id).
 
@@ -34,7 +38,7 @@ import pyarrow.parquet as pq
 
 from rewards import pyast
 from rewards.outcome import SOLVED_FACTS, fill_solved
-from storage import registry, trajectories
+from storage import evaluations, registry, trajectories
 from storage.fs import locate
 
 # Why a row was left out, in the order the checks run (a row counts under its first reason).
@@ -43,6 +47,11 @@ DROP_REASONS = ("status_not_ok", "infra_error", "unscored", "hack_flag", "below_
 SPLITS = ("train", "validation", "heldout")
 PROVENANCE = ("run_id", "iteration", "policy_version", "task_id", "kind", "source", "family",
               "reward", "config_hash")
+# An evaluation row's own provenance (its policy_version is the evaluated version; run_id and
+# iteration are null), and every example's origin ("trajectory" or "evaluation") and task_split
+# (the split its source gave the task: "heldout" on a train example means it was released).
+EVAL_PROVENANCE = ("eval_id", "model", "mode")
+EXAMPLE_FIELDS = PROVENANCE + EVAL_PROVENANCE + ("origin", "task_split")
 _RUN_MARKS = ("run.json", "config.yaml", "trajectories")
 
 
@@ -56,6 +65,10 @@ class ExportOptions:
     validation_fraction: float = 0.0
     keep_heldout: bool = False  # write held-out tasks' examples to heldout.* instead of dropping
     seed: int = 0
+    # Tasks held out only by an input evaluation's rows go to train/validation like any other:
+    # off by default, since an evaluation is usually on held-out tasks, the ones a later
+    # held-out (transfer) figure is measured on. Tasks a run holds out stay held out.
+    train_on_evaluated_heldout: bool = False
 
     def __post_init__(self) -> None:
         if self.min_reward is not None and not (isinstance(self.min_reward, (int, float))
@@ -76,6 +89,9 @@ class ExportResult:
     kept: dict[str, int] = field(default_factory=dict)       # per split
     dropped: dict[str, int] = field(default_factory=dict)    # per reason
     rows_read: int = 0
+    released: list[str] = field(default_factory=list)  # held-out tasks let into train/validation
+    notes: list[str] = field(default_factory=list)
+    evaluations: int = 0  # evaluations read
 
 
 def resolve_runs(paths: list[str]) -> list[str]:
@@ -93,8 +109,10 @@ def resolve_runs(paths: list[str]) -> list[str]:
         else:
             found = registry.list_runs(p)
         if not found:
+            hint = (f"; it holds evaluations: pass --evaluations {p} to export them"
+                    if evaluations.has_evaluations(p) else "")
             raise FileNotFoundError(f"store {p!r} holds no run (no run.json, config.yaml or "
-                                    "trajectories/ in it or in its sub-folders)")
+                                    f"trajectories/ in it or in its sub-folders){hint}")
         runs += [r for r in found if r not in runs]
     return runs
 
@@ -114,9 +132,59 @@ def _read_run(run: str) -> pd.DataFrame:
 
 def read_runs(runs: list[str]) -> pd.DataFrame:
     """The trajectory rows of the runs (the columns of COLUMNS), in run order."""
-    frames = [_read_run(r) for r in runs]
-    nonempty = [f for f in frames if len(f)]
-    return pd.concat(nonempty, ignore_index=True) if nonempty else frames[0]
+    return _concat([_read_run(r).assign(origin="trajectory") for r in runs])
+
+
+_INTS = ("iteration", "policy_version", "shard", "sample_index", "turns")
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    cols = COLUMNS + list(EVAL_PROVENANCE) + ["origin", "code_version"]
+    frames = [f.reindex(columns=cols) for f in frames if len(f)]
+    out = (pd.concat(frames, ignore_index=True) if frames
+           else pd.DataFrame({c: pd.Series(dtype=object) for c in cols}))
+    return out.astype({c: "Int64" for c in _INTS})  # a run's ints beside an evaluation's nulls
+
+
+def _read_evaluation(store: str, eval_id: str) -> pd.DataFrame:
+    """An evaluation's rows in the columns of a trajectory row (chunk as shard, passed as
+    solved, version as policy_version)."""
+    rows = evaluations.read_evaluation(store, eval_id).to_pandas()
+    rows = rows.rename(columns={"chunk": "shard", "passed": "solved",
+                                "version": "policy_version"})
+    return rows.assign(origin="evaluation", run_id=None, iteration=None)
+
+
+def read_evaluations(evals: list[tuple[str, str]]) -> pd.DataFrame:
+    """The rows of the evaluations ((store, eval_id) pairs), in the columns read_runs gives."""
+    return _concat([_read_evaluation(s, e) for s, e in evals])
+
+
+def describe_evaluations(evals: list[tuple[str, str]], rows: pd.DataFrame
+                         ) -> tuple[list[dict], list[str]]:
+    """(each evaluation's provenance for the manifest, notes on unfinished ones and on rows
+    written before evaluation rows carried their prompt)."""
+    info, notes = [], []
+    for store, eid in evals:
+        spec = evaluations.read_spec(store, eid)
+        mine = rows[rows["eval_id"] == eid] if len(rows) else rows
+        written = len(evaluations.chunks_written(store, eid))
+        expected = -(-int(spec.get("tasks", 0)) // max(int(spec.get("chunk_size", 1)), 1))
+        info.append({"eval_id": eid, "store": store, "model": spec.get("model"),
+                     "version": spec.get("version"), "config_hash": spec.get("config_hash"),
+                     # a resumed evaluation's chunks may come from several versions of the code
+                     "code_versions": sorted(set(mine["code_version"].dropna())),
+                     "seed": spec.get("seed"), "split": spec.get("split"), "n": spec.get("n"),
+                     "sources": spec.get("sources"), "chunks_written": written,
+                     "chunks": expected, "rows": len(mine)})
+        if written < expected:
+            notes.append(f"evaluation {eid} ({spec.get('model')}): {written} of {expected} "
+                         "chunks written (unfinished); its written rows are read")
+        no_prompt = int(mine["prompt"].isna().sum()) if len(mine) else 0
+        if no_prompt:
+            notes.append(f"evaluation {eid}: {no_prompt} rows were written before evaluation "
+                         "rows carried their prompt; they are dropped as no_text")
+    return info, notes
 
 
 def heldout_from_rows(rows: pd.DataFrame) -> set[str]:
@@ -187,13 +255,15 @@ def select(rows: pd.DataFrame, heldout: set[str], opts: ExportOptions
         if reason:
             dropped[reason] += 1
     kept = rows[[r is None for r in reasons]].copy()
+    kept["task_split"] = kept["split"]
     kept["split"] = [_split_of(str(t), heldout, opts) for t in kept["task_id"]]
     if not opts.keep_heldout:
         dropped["heldout_task"] += int((kept["split"] == "heldout").sum())
         kept = kept[kept["split"] != "heldout"]
     # Best first, then the store's order: dedup and the cap keep the highest rewards.
-    kept = kept.sort_values(["task_id", "reward", "run_id", "iteration", "shard", "sample_index"],
-                            ascending=[True, False, True, True, True, True], kind="stable")
+    keys = ["task_id", "reward", "origin", "run_id", "eval_id", "iteration", "shard", "mode",
+            "sample_index"]
+    kept = kept.sort_values(keys, ascending=[k != "reward" for k in keys], kind="stable")
     if opts.dedup:
         answers = [normalise_answer(a if isinstance(a, str) else c)
                    for a, c in zip(kept["answer_executed"], kept["completion"])]
@@ -207,8 +277,8 @@ def select(rows: pd.DataFrame, heldout: set[str], opts: ExportOptions
     return kept.reset_index(drop=True), dropped
 
 
-def _py(v):  # noqa: ANN001, ANN202 - numpy scalars and NaN -> what JSON writes
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+def _py(v):  # noqa: ANN001, ANN202 - numpy scalars, NaN and NA -> what JSON writes
+    if v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v)):
         return None
     return v.item() if hasattr(v, "item") else v
 
@@ -221,8 +291,8 @@ def examples(kept: pd.DataFrame) -> list[dict]:
     for r in kept.to_dict("records"):
         ex = {"messages": [{"role": "user", "content": r["prompt"]},
                            {"role": "assistant", "content": r["completion"]}]}
-        ex.update({k: _py(r.get(k)) for k in PROVENANCE})
-        ex["split"] = r["split"]
+        ex.update({k: _py(r.get(k)) for k in PROVENANCE + EVAL_PROVENANCE})
+        ex.update(origin=r["origin"], task_split=_py(r.get("task_split")), split=r["split"])
         out.append(ex)
     return out
 
@@ -232,7 +302,9 @@ EXAMPLE_SCHEMA = pa.schema([
     ("messages", pa.list_(_MESSAGE)), ("run_id", pa.string()), ("iteration", pa.int64()),
     ("policy_version", pa.int64()), ("task_id", pa.string()), ("kind", pa.string()),
     ("source", pa.string()), ("family", pa.string()), ("reward", pa.float64()),
-    ("config_hash", pa.string()), ("split", pa.string())])
+    ("config_hash", pa.string()), ("eval_id", pa.string()), ("model", pa.string()),
+    ("mode", pa.string()), ("origin", pa.string()), ("task_split", pa.string()),
+    ("split", pa.string())])
 
 
 def _write_folder(tmp: str, by_split: dict[str, list[dict]], manifest: dict) -> None:
@@ -292,27 +364,39 @@ def write_dataset(out_dir: str, kept: pd.DataFrame, manifest: dict, overwrite: b
 
 
 def export(inputs: list[str], out_dir: str, opts: ExportOptions, heldout: set[str] | None = None,
-           runs: list[str] | None = None, overwrite: bool = False) -> ExportResult:
-    """Read the runs of `inputs`, select (see `select`), write the dataset. `heldout`: task ids
-    held out by the runs' configs (the caller rebuilds them; this layer reads no config); the
-    rows' own held-out tasks are added."""
+           runs: list[str] | None = None, overwrite: bool = False,
+           eval_inputs: list[str] = ()) -> ExportResult:
+    """Read the runs of `inputs` and the evaluations of `eval_inputs`, select (see `select`),
+    write the dataset. `heldout`: task ids held out by the runs' configs (the caller rebuilds
+    them; this layer reads no config); the runs' rows' held-out tasks are added, and the
+    evaluations' rows' held-out tasks unless `opts.train_on_evaluated_heldout`."""
     runs = runs if runs is not None else resolve_runs(inputs)
-    rows = read_runs(runs)
-    held = set(heldout or ()) | heldout_from_rows(rows)
+    evals = evaluations.resolve_evaluations(list(eval_inputs)) if eval_inputs else []
+    run_rows, eval_rows = read_runs(runs), read_evaluations(evals)
+    info, notes = describe_evaluations(evals, eval_rows)
+    rows = _concat([run_rows, eval_rows])
+    held = set(heldout or ()) | heldout_from_rows(run_rows)
+    evaluated = heldout_from_rows(eval_rows) - held  # held out by an evaluation only
+    if not opts.train_on_evaluated_heldout:
+        held |= evaluated
     kept, dropped = select(rows, held, opts)
     counts = {s: int((kept["split"] == s).sum()) for s in SPLITS} if len(kept) else dict.fromkeys(SPLITS, 0)
+    released = (sorted(evaluated & set(kept["task_id"])) if opts.train_on_evaluated_heldout
+                else [])  # the evaluated held-out tasks that now have train/validation examples
     manifest = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "inputs": list(inputs), "runs": runs,
+        "inputs": list(inputs), "runs": runs, "evaluation_inputs": list(eval_inputs),
+        "evaluations": info,
         "filters": {**asdict(opts), "verified": "status ok, no infra error, no hack flag, "
                     + ("solved" if opts.min_reward is None else f"reward >= {opts.min_reward}")},
-        "heldout_tasks": len(held), "rows_read": len(rows),
+        "heldout_tasks": len(held), "heldout_tasks_released": released,
+        "rows_read": len(rows), "rows_read_from_evaluations": len(eval_rows),
         "kept": counts, "dropped": dropped,
         "format": {"jsonl": "one {messages: [user, assistant], provenance...} per line",
-                   "provenance": list(PROVENANCE)},
+                   "provenance": list(EXAMPLE_FIELDS)},
     }
     write_dataset(out_dir, kept, manifest, overwrite=overwrite)
-    return ExportResult(out_dir, counts, dropped, len(rows))
+    return ExportResult(out_dir, counts, dropped, len(rows), released, notes, len(evals))
 
 
 def read_examples(path: str, split: str = "train") -> list[dict]:
