@@ -64,12 +64,12 @@ ENGINE_LOG := $(VENV)/engine-setup.log
 VERIFIERS_LOG := $(VENV)/verifiers-setup.log
 test: setup $(MODEL_STAMP)
 	bash scripts/setup_engine.sh $(ENGINE_VENV) > $(ENGINE_LOG) 2>&1 & engine=$$!; \
-	bash envs/verifiers/setup_venv.sh > $(VERIFIERS_LOG) 2>&1 & verifiers=$$!; \
+	(bash envs/verifiers/setup_venv.sh && bash envs/openenv/setup_venv.sh) > $(VERIFIERS_LOG) 2>&1 & verifiers=$$!; \
 	bash scripts/setup_docker.sh && bash scripts/setup_browser.sh && bash scripts/setup_postgres.sh; \
 	rc=$$?; if ! wait $$engine; then tail -n 40 $(ENGINE_LOG); \
 	  echo "make test: the engine venv did not build (scripts/setup_engine.sh; log $(ENGINE_LOG))"; exit 1; fi; \
 	if ! wait $$verifiers; then tail -n 40 $(VERIFIERS_LOG); \
-	  echo "make test: the verifiers venv did not build (envs/verifiers/setup_venv.sh; log $(VERIFIERS_LOG))"; exit 1; fi; \
+	  echo "make test: the verifiers or openenv venv did not build (envs/verifiers/setup_venv.sh, envs/openenv/setup_venv.sh; log $(VERIFIERS_LOG))"; exit 1; fi; \
 	cat $(ENGINE_LOG) $(VERIFIERS_LOG); exit $$rc
 	ROLLFORGE_REQUIRE_ENGINE=1 ROLLFORGE_TEST_PREFECT_SERVER=1 $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(PYTEST_ARGS)
 
