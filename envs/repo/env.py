@@ -196,12 +196,10 @@ class RepoEnv(Environment):
     # -- grading -----------------------------------------------------------------------------
     @staticmethod
     def trees(task: Task) -> tuple[dict[str, bytes], dict[str, bytes | None]]:
-        """(pristine tree, the bug's overlay)."""
-        from envs.repo.source import pristine_tree  # noqa: PLC0415
+        """(pristine tree, the bug's overlay): `envs.repo.source.task_trees`."""
+        from envs.repo.source import task_trees  # noqa: PLC0415
 
-        p = task.payload
-        tree = pristine_tree(p["repo"], p["sdist_sha256"])
-        return tree, apply_diff(tree, p["patch"])
+        return task_trees(task)
 
     def grade_files(self, task: Task, files: dict[str, bytes | None], sandbox: Sandbox,
                     limits: Limits, per_test_s: float = 10.0) -> TestReport:

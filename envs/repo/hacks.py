@@ -61,10 +61,10 @@ _COIN = _wrap_all_fresh(
 
 def _source(task: Task) -> tuple[str, str]:
     """(path, text) of the first file the bug touches, as the agent sees it."""
-    from envs.repo.env import RepoEnv  # noqa: PLC0415
     from envs.repo.grading import apply_overlay  # noqa: PLC0415
+    from envs.repo.source import task_trees  # noqa: PLC0415
 
-    tree, bug = RepoEnv.trees(task)
+    tree, bug = task_trees(task)
     path = task.payload["files"][0]
     return path, apply_overlay(tree, bug)[path].decode()
 

@@ -30,8 +30,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+from envs.repo.diffs import apply_diff
 from sandbox.base import BaseTree
 from sandbox.docker_image import cache_dir
+from tasks.record import Task
 
 # What every layer holds: the grader's pytest, pinned as in requirements.lock, so that a test's
 # outcome never depends on which pytest the host happens to have.
@@ -144,6 +146,14 @@ def pristine_tree(spec: str, sha256: str | None = None) -> dict[str, bytes]:
                     and rel != "PKG-INFO":
                 tree[rel] = p.read_bytes()
     return dict(sorted(tree.items()))
+
+
+def task_trees(task: Task) -> tuple[dict[str, bytes], dict[str, bytes | None]]:
+    """A repo task's (pristine tree, the bug's overlay): the tree its episodes start from is
+    the overlay applied to the pristine one."""
+    p = task.payload
+    tree = pristine_tree(p["repo"], p["sdist_sha256"])
+    return tree, apply_diff(tree, p["patch"])
 
 
 def tree_dir(spec: str, sha256: str | None = None) -> Path:

@@ -56,10 +56,7 @@ LAYER_BREACHES: set[tuple[str, str]] = {
 ORCHESTRATION_BREACHES: set[str] = set()
 
 # Each set of modules that import one another in a circle (a strongly connected component).
-CYCLES: set[frozenset[str]] = {
-    # envs/repo/ is being reworked by another change.
-    frozenset({"envs.repo.env", "envs.repo.hacks"}),
-}
+CYCLES: set[frozenset[str]] = set()
 
 # (importer, source, name): a private name imported from another module.
 PRIVATE_IMPORTS: set[tuple[str, str, str]] = {
