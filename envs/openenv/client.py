@@ -96,12 +96,15 @@ class Session:
 
     def _ask(self, message: dict) -> dict:
         """Send one message and read its answer. A server at capacity (a session per
-        connection, one by default) closes the connection with CAPACITY_REACHED: wait and
-        connect again, up to `busy_wait_s`."""
+        connection, one by default) answers a new connection with CAPACITY_REACHED and closes
+        it, maybe before our message is read: wait and connect again, up to `busy_wait_s`.
+        Only a session's first message is sent again: a later one belongs to the episode the
+        dropped connection held."""
         deadline = time.monotonic() + self.busy_wait_s
         delay = 0.05
         while True:
-            if self._ws is None:
+            fresh = self._ws is None
+            if fresh:
                 self._ws = self._connect()
             try:
                 self._ws.send(json.dumps(message))
@@ -110,6 +113,11 @@ class Session:
                 raise EnvRaised(f"OpenEnv server at {self.url}: no answer to "
                                 f"{message['type']!r} within {self.timeout_s:g} s") from None
             except Exception as exc:  # the connection dropped
+                self._drop()
+                if fresh and time.monotonic() < deadline:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
                 raise ServerUnreachable(f"OpenEnv server at {self.url}: the session ended on "
                                         f"{message['type']!r}: {type(exc).__name__}: {exc}"
                                         ) from None
@@ -123,7 +131,7 @@ class Session:
                                 f"object: {str(raw)[:200]!r}")
             data = reply.get("data") if isinstance(reply.get("data"), dict) else {}
             if reply.get("type") == "error" and data.get("code") == "CAPACITY_REACHED" \
-                    and time.monotonic() < deadline:
+                    and fresh and time.monotonic() < deadline:
                 self._drop()
                 time.sleep(delay)
                 delay = min(delay * 2, 1.0)

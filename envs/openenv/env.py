@@ -274,6 +274,8 @@ class OpenEnvEnv(Environment):
         seconds = time.perf_counter() - t0
         info = {"seconds": seconds, "wall_s": seconds, "end_reason": reason, "grade": grade,
                 "step_rewards": list(state["rewards"])}
+        if reason == "context_full":  # no turn was played (the loop counts turns by it)
+            info["action"] = "none"
         if "infra" in state:
             info["error"] = state["infra"]
         return StepResult(state, "", True, info)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import pickle
 import random
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,16 @@ def test_observation_after_a_step_is_the_next_prompt_and_states_pickle(guess):
     assert isinstance(again, OpenEnvEnv) and again.config == env.config
     # a group's episodes share the first state: a step never changes it
     assert state["actions"] == ()
+
+
+def test_concurrent_steps_share_a_server_that_holds_one_session_at_a_time(guess):
+    env, tasks = guess  # openenv-core's default: max_concurrent_envs=1, others told to wait
+
+    def win(t):
+        return play(env, t, ["0", str(target(seed_of(t)))]).info["grade"].reward
+
+    with ThreadPoolExecutor(6) as pool:
+        assert list(pool.map(win, tasks * 2)) == [1.0] * 6
 
 
 def test_a_server_at_an_address_plays_the_same(guess):
