@@ -177,6 +177,12 @@ class OpenEnvEnv(Environment):
     def trivial_answers(self, task: Task) -> dict[str, str]:
         return {"empty": ""}
 
+    def attack_tasks(self) -> list[Task]:
+        """None: the kind has no hack suite. The reward is the environment's own verdict on the
+        text it was sent, which nothing of rollforge's runs or reads (`action: json` only parses
+        it); and `rollforge hacks` with no kind named must not need a server."""
+        return []
+
     # -- an episode ----------------------------------------------------------------------
     def reset(self, task: Task) -> tuple[Any, str]:
         p = OpenEnvPayload.model_validate(task.payload)

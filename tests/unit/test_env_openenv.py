@@ -173,9 +173,10 @@ def test_action_formats_the_environment_does_not_take_are_named(guess):
     assert right.info["grade"].reward == 1.0
 
 
-def test_no_server_named_is_refused_by_name():
+def test_no_server_named_is_refused_by_name_and_hacks_need_none():
     with pytest.raises(EnvError, match="name no server"):
         make_env("openenv", {"seeds": [0]}).generate()
+    assert make_env("openenv").attack_tasks() == []  # `rollforge hacks` with every kind
 
 
 def test_started_servers_stop():
