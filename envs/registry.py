@@ -127,3 +127,11 @@ def env_for_task(task: Task) -> Environment:
     default options."""
     check_task_kind(task.kind)
     return make_env(task.kind)
+
+
+def validate_by_kind(task: Task) -> Task:
+    """The check of the kind that grades the task (`tasks.files.load_tasks(path, validate)`):
+    its payload, a function's entry point; an unknown kind is a bad record too, and so is a
+    `module:Class` kind, refused without importing it (`check_task_kind`: a file must not run
+    code)."""
+    return env_for_task(task).validate(task)

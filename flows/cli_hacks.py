@@ -40,7 +40,7 @@ def _spread(tasks: list, n: int) -> list:
 def _hacks(args) -> int:
     from envs.base import EnvError, StepContext
     from envs.hacks import run_suite, summary
-    from envs.registry import BUILTIN, make_env
+    from envs.registry import BUILTIN, make_env, validate_by_kind
     from flows.cli import UsageError
     from rewards.aggregate import RewardConfig
     from sandbox.config import SandboxConfig
@@ -63,7 +63,7 @@ def _hacks(args) -> int:
         try:
             env = make_env(kind, options)
             # a kind that generates no tasks names the file it is attacked on (attack_tasks)
-            tasks = load_tasks(args.file) if args.file else env.attack_tasks()
+            tasks = load_tasks(args.file, validate=validate_by_kind) if args.file else env.attack_tasks()
         except (EnvError, OSError, ValueError) as exc:
             raise UsageError(f"kind {kind!r}: {exc}") from None
         cfg = SandboxConfig(**({"backend": args.backend} if args.backend else {}),

@@ -2,7 +2,8 @@
 
 A bad record is refused with the file and the line (JSONL, 1-based) or row (Parquet, 0-based)
 where it is, and which field is wrong: the common fields here, the kind's own (its payload, a
-function's entry point) through the `validate` callback that `envs.sources` passes. Export then
+function's entry point) through the `validate` callback that the caller passes
+(`envs.registry.validate_by_kind`, or a source's own check in `envs.sources`). Export then
 import gives back equal `Task`s.
 """
 from __future__ import annotations
@@ -43,15 +44,6 @@ def _describe(exc: ValidationError) -> str:
 
 
 Validate = Callable[[Task], Any]  # raises ValueError naming the field
-
-
-def validate_by_kind(task: Task) -> Task:
-    """The check of the kind that grades the task (`envs`): its payload, a function's entry
-    point; an unknown kind is a bad record too, and so is a `module:Class` kind, refused
-    without importing it (`envs.registry.check_task_kind`: a file must not run code)."""
-    from envs.registry import env_for_task  # noqa: PLC0415 (envs builds on tasks)
-
-    return env_for_task(task).validate(task)
 
 
 def parse_record(record: Any, path: str | os.PathLike, where: str,
@@ -128,11 +120,11 @@ _OPTIONAL_NULLABLE = {"examples", "verifier", "kind", "payload", "entry_point", 
                       "source"}
 
 
-def load_tasks(path: str | os.PathLike, validate: Validate | None = validate_by_kind
-               ) -> list[Task]:
+def load_tasks(path: str | os.PathLike, validate: Validate | None) -> list[Task]:
     """Read a .jsonl or .parquet task file; raise TaskFileError at the first bad record
-    (`validate(task)` raising ValueError makes a record bad too; by default the check of each
-    record's kind)."""
+    (`validate(task)` raising ValueError makes a record bad too). The caller names the check,
+    None for none: the kinds live above this layer, and `envs.registry.validate_by_kind` is
+    the check of each record's own kind."""
     p = Path(path)
     if not p.is_file():
         raise TaskFileError(p, str(p), "no such file")

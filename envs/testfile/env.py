@@ -56,9 +56,10 @@ class TestFileEnv(SingleTurnEnv):
         return attacks(task)
 
     def attack_tasks(self) -> list[Task]:
+        from envs.registry import validate_by_kind  # noqa: PLC0415
         from tasks.files import load_tasks  # noqa: PLC0415
 
-        return load_tasks(BASICS)
+        return load_tasks(BASICS, validate=validate_by_kind)
 
     def answer(self, state: Task, text: str) -> str:
         from envs.answers import extract_answer  # noqa: PLC0415

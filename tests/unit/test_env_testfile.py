@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from envs.base import StepContext
-from envs.registry import make_env
+from envs.registry import make_env, validate_by_kind
 from envs.testfile import TestFileEnv
 from envs.testfile.grading import TestFilePayload, judge
 from rewards.aggregate import RewardConfig
@@ -324,7 +324,7 @@ def test_the_kind_has_no_tasks_of_its_own(env):
 
 
 def test_fixture_tasks_load_and_their_references_solve_them(env, ctx):
-    tasks = load_tasks(DATA)
+    tasks = load_tasks(DATA, validate_by_kind)
     assert 6 <= len(tasks) <= 10 and {t.kind for t in tasks} == {"testfile"}
     assert {t.split for t in tasks} == {"train", "heldout"}
     for task in tasks:

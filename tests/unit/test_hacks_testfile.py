@@ -4,7 +4,7 @@ import pytest
 
 from envs.base import StepContext
 from envs.hacks import run_suite, summary
-from envs.registry import make_env
+from envs.registry import make_env, validate_by_kind
 from rewards.aggregate import RewardConfig
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox
@@ -21,7 +21,7 @@ def ctx():
 
 @pytest.fixture(scope="module")
 def tasks():
-    ts = {t.task_id: t for t in load_tasks("envs/testfile/data/basics.jsonl")}
+    ts = {t.task_id: t for t in load_tasks("envs/testfile/data/basics.jsonl", validate_by_kind)}
     # one pytest-format task, one asserts-format task (whose names are copied into the tests)
     return [ts["testfile-basics/shout"], ts["testfile-basics/first_char"]]
 

@@ -44,12 +44,9 @@ ORCHESTRATION_HOME = ("flows",)
 
 # (importer, imported): a lower layer's import of a higher one.
 LAYER_BREACHES: set[tuple[str, str]] = {
-    # Scoring and the task-file loader's default validation look a task's kind up in the envs
-    # registry (inside functions). The loader's callers include envs/repo/, which another change
-    # is reworking: the default moves up to envs/ once the callers pass `validate` themselves.
+    # Scoring looks a task's kind up in the envs registry (inside functions).
     ("rewards.score", "envs.base"),
     ("rewards.score", "envs.registry"),
-    ("tasks.files", "envs.registry"),
 }
 
 # Modules outside flows/ that import Prefect, Dask or distributed.

@@ -10,6 +10,7 @@ import pytest
 
 from envs.dataframe.families import generate_dataframe_suite
 from envs.io.procedural import FAMILIES, generate_suite
+from envs.registry import validate_by_kind
 from tasks.files import TaskFileError, load_tasks, save_tasks
 from tasks.record import Task, TestCase
 
@@ -25,7 +26,7 @@ def _mixed_tasks():
 def test_export_then_import_gives_back_equal_tasks(tmp_path, ext):
     tasks = _mixed_tasks()
     path = save_tasks(tasks, tmp_path / f"t.{ext}")
-    back = load_tasks(path)
+    back = load_tasks(path, validate_by_kind)
     assert back == tasks
     assert [t.model_dump(mode="json") for t in back] == [t.model_dump(mode="json") for t in tasks]
 
@@ -47,7 +48,7 @@ def test_bad_field_in_jsonl_names_file_line_and_field(tmp_path):
     path = tmp_path / "mine.jsonl"
     _write_jsonl(path, [good[0].model_dump(mode="json"), "", bad])
     with pytest.raises(TaskFileError) as err:
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
     assert err.value.where == f"{path}:3"
     assert "field 'difficulty'" in str(err.value) and "42" in str(err.value)
 
@@ -56,11 +57,11 @@ def test_invalid_json_and_unknown_fields_are_refused_with_their_line(tmp_path):
     path = tmp_path / "broken.jsonl"
     _write_jsonl(path, ["{not json"])
     with pytest.raises(TaskFileError, match=r"broken.jsonl:1: not valid JSON"):
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
     rec = generate_suite(["add"], [1], 1)[0].model_dump(mode="json") | {"answer": 1}
     _write_jsonl(path, [rec])
     with pytest.raises(TaskFileError, match=r"broken.jsonl:1: field 'answer': Extra inputs"):
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
 
 
 def test_entry_point_missing_from_prompt_and_duplicate_ids_are_refused(tmp_path):
@@ -68,11 +69,11 @@ def test_entry_point_missing_from_prompt_and_duplicate_ids_are_refused(tmp_path)
     path = tmp_path / "t.jsonl"
     _write_jsonl(path, [a.model_dump(mode="json") | {"entry_point": "other"}])
     with pytest.raises(TaskFileError, match=r"t.jsonl:1: field 'entry_point': 'other' is not"):
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
     _write_jsonl(path, [a.model_dump(mode="json"), b.model_dump(mode="json"),
                         a.model_dump(mode="json")])
     with pytest.raises(TaskFileError, match=r"t.jsonl:3: duplicate task_id .*first at .*t.jsonl:1"):
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
 
 
 def test_bad_parquet_row_is_named_by_its_index(tmp_path):
@@ -84,7 +85,7 @@ def test_bad_parquet_row_is_named_by_its_index(tmp_path):
     table = table.set_column(table.schema.get_field_index("split"), "split", pa.array(split))
     pq.write_table(table, path)
     with pytest.raises(TaskFileError) as err:
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
     assert err.value.where == f"{path}: row 2" and "field 'split'" in str(err.value)
 
 
@@ -110,8 +111,8 @@ def test_cli_export_list_and_check_a_good_file(tmp_path):
                "--out", str(out))
     assert res.returncode == 0, res.stderr
     listed = _cli("list", "--file", str(out))
-    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(load_tasks(out))
-    shown = _cli("show", load_tasks(out)[0].task_id, "--file", str(out))
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(load_tasks(out, validate_by_kind))
+    shown = _cli("show", load_tasks(out, validate_by_kind)[0].task_id, "--file", str(out))
     assert "## prompt" in shown.stdout and "## hidden tests" in shown.stdout
     checked = _cli("check", "--file", str(out), "--no-exec")
     assert checked.returncode == 0 and "0 with problems" in checked.stdout
@@ -122,7 +123,7 @@ def test_task_record_from_user_file_without_reference_loads_as_verification_only
              prompt="def f(x):\n    \"\"\"Double x.\"\"\"\n", entry_point="f",
              tests=(TestCase(args=(1,), expected=2), TestCase(args=(2,), expected=4)))
     path = save_tasks([t], tmp_path / "u.jsonl")
-    assert load_tasks(path)[0].reference is None
+    assert load_tasks(path, validate_by_kind)[0].reference is None
 
 
 def _rollforge(*args, pythonpath):
@@ -170,7 +171,7 @@ def test_an_import_path_kind_in_a_file_loads_only_when_the_user_names_it(tmp_pat
                         for t in generate_suite(["add"], [1], 2)])
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(TaskFileError, match=r"mine.jsonl:1: field 'kind': 'userkind:Env'"):
-        load_tasks(path)
+        load_tasks(path, validate_by_kind)
     assert not marker.exists()
     # the user's own choice on the command line (or a source's `kind:` in the run config)
     listed = _rollforge("tasks", "list", "--file", str(path), "--kind", "userkind:Env",
