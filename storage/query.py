@@ -161,7 +161,8 @@ def _connect(root: Location, store: str) -> tuple[duckdb.DuckDBPyConnection, Sto
     files = [_file_ref(root, f) for run_dir in runs for f in trajectories.live_files(run_dir)]
     summary.files = len(files)
     if not runs:
-        summary.notes.append(f"the store {root.uri!r} has no runs yet; every view is empty")
+        summary.notes.append(f"the store {root.uri!r} has no runs yet; every view but "
+                             "evaluations is empty")
     elif not files:
         summary.notes.append(f"the store {root.uri!r} has no trajectory files yet; "
                              "the trajectories view is empty")

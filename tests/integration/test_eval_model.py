@@ -80,10 +80,12 @@ def test_a_killed_evaluation_resumes_without_generating_or_grading_a_sample_twic
     assert len(ends) == 12 and set(ends.values()) == {1}, ends  # 3 chunks x 2 modes x 2 stages
 
     rows = query(str(store), "SELECT task_id, mode, sample_index, chunk, version, model, seed, "
-                             "passed, infra_error FROM evaluations").to_pylist()
+                             "passed, infra_error, prompt, kind FROM evaluations").to_pylist()
     assert len(rows) == 6 * (1 + N)
     assert len({(r["task_id"], r["mode"], r["sample_index"]) for r in rows}) == len(rows)
     assert Counter(r["mode"] for r in rows) == {"greedy": 6, "sampled": 12}
     assert {r["chunk"] for r in rows} == {0, 1, 2} and {r["version"] for r in rows} == {0}
     assert not any(r["infra_error"] for r in rows)
+    # what `rollforge data export --evaluations` needs of a row: the prompt the model answered
+    assert all(r["prompt"].startswith("def ") and r["kind"] == "io" for r in rows)
     assert "| family=add | 3 |" in second.stdout and "pass@2 [bootstrap 95%]" in second.stdout
