@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import re
 import time
 from typing import Any, Literal
 
@@ -97,6 +98,9 @@ class OpenEnvPayload(BaseModel):
     reset_args: dict[str, Any] = Field(default_factory=dict)
     obs_sha: str = Field(pattern=r"^[0-9a-f]{64}$", description="digest of the first "
                          "observation: a replay must see the same")
+
+
+_FENCED = re.compile(r"\s*```[A-Za-z]*[ \t]*\n(.*?)\n[ \t]*```\s*", re.S)
 
 
 def sha(value: Any) -> str:
@@ -192,8 +196,9 @@ class OpenEnvEnv(Environment):
         """The action the policy's text stands for; ValueError when it stands for none."""
         if self.config.action == "field":
             return {self.config.action_field: text}
+        fenced = _FENCED.fullmatch(text)  # an instruct model's habit: the object in a fence
         try:
-            value = json.loads(text.strip())
+            value = json.loads(fenced.group(1) if fenced else text.strip())
         except ValueError as exc:
             raise ValueError(f"the action is not JSON: {exc}") from None
         if not isinstance(value, dict):

@@ -31,11 +31,20 @@ def target(seed: int) -> int:  # the guess env's own rule
     return random.Random(seed).randint(1, 10)
 
 
+COMMAND = {"command": ["python", "-m", "uvicorn", "guess_env:app", "--host", "127.0.0.1",
+                       "--port", "{port}"], "cwd": DATA}
+
+
 @pytest.fixture(scope="module")
 def guess():
-    """The kind with its started server: 3 seeds, 3 turns."""
-    env = make_env("openenv", {**APP, "seeds": [0, 1, 2], "max_turns": 3})
-    yield env, env.generate()
+    """The kind with its started server: 3 seeds, 3 turns. The `command` test's server starts
+    meanwhile (each takes seconds of imports)."""
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(lambda: make_env("openenv", {**COMMAND, "seeds": [4]}).url())
+        env = make_env("openenv", {**APP, "seeds": [0, 1, 2], "max_turns": 3})
+        tasks = env.generate()
+        other.result()
+    yield env, tasks
     server.stop_all()
 
 
@@ -110,10 +119,8 @@ def test_a_server_at_an_address_plays_the_same(guess):
     assert r.info["grade"].reward == 1.0
 
 
-def test_a_command_the_run_starts_serves_on_the_port_it_is_given():
-    env = make_env("openenv", {"command": ["python", "-m", "uvicorn", "guess_env:app", "--host",
-                                           "127.0.0.1", "--port", "{port}"],
-                               "cwd": DATA, "seeds": [4]})
+def test_a_command_the_run_starts_serves_on_the_port_it_is_given(guess):
+    env = make_env("openenv", {**COMMAND, "seeds": [4]})
     (task,) = env.generate()
     assert play(env, task, [str(target(4))]).info["grade"].reward == 1.0
 
@@ -169,8 +176,8 @@ def test_action_formats_the_environment_does_not_take_are_named(guess):
         g = r.info["grade"]
         assert r.info["end_reason"] == "bad_action" and g.reward == 0.0 and not g.infra_error
         assert g.error_type == err, (text, g)
-    right = play(as_json, tasks[0], [f'{{"message": "{target(0)}"}}'])
-    assert right.info["grade"].reward == 1.0
+    for right in [f'{{"message": "{target(0)}"}}', f'```json\n{{"message": "{target(0)}"}}\n```']:
+        assert play(as_json, tasks[0], [right]).info["grade"].reward == 1.0
 
 
 def test_no_server_named_is_refused_by_name_and_hacks_need_none():
