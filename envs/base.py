@@ -194,7 +194,7 @@ class Environment:
         raise NotImplementedError
 
     # True: `verify_batch` grades several answers in one sandbox run, cheaper than a run each
-    # (`rollforge eval` then cuts the kind's samples into batches: rewards/evaluate.py)
+    # (`rollforge eval` then cuts the kind's samples into batches: envs/score.py)
     verify_in_batches: ClassVar[bool] = False
 
     def verify_batch(self, items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limits,

@@ -235,7 +235,8 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
     """Score a samples file; returns (pass@k, per-sample results, path of the results file)."""
     from flows.cli import UsageError
     from rewards.aggregate import RewardConfig
-    from rewards.evaluate import evaluate_samples, pass_at_ks
+    from envs.score import evaluate_samples
+    from rewards.evaluate import pass_at_ks
     from sandbox.config import SandboxConfig
     from envs.registry import env_for_task
     from sandbox.registry import make_sandbox

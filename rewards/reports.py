@@ -2,9 +2,9 @@
 that every grader makes the same way (when a value equals the expected one, what a test that
 never answered counts as, the program a function answer forms with its prompt).
 
-One definition of each, shared by every kind (envs/<kind>/), the score (rewards/score.py), the
-aggregation (rewards/aggregate.py) and evaluation (rewards/evaluate.py), so a kind can be added
-or removed without any of these knowing its name.
+One definition of each, shared by every kind (envs/<kind>/), the score and evaluation
+(envs/score.py), the aggregation (rewards/aggregate.py) and pass@k (rewards/evaluate.py), so a
+kind can be added or removed without any of these knowing its name.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The final grade of an agent episode: `solution.py` from its workspace, scored by the hidden
-tests in a fresh sandbox with `rewards.score.score`.
+tests in a fresh sandbox with `envs.score.score`.
 
 Only that one file's text is taken; every other file the agent wrote (a fake `harness.py`, an
 `inputs.json`, a `conftest.py`) stays behind, because `score` builds its own sandbox files.
@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Sequence
 
+from envs.score import score
 from rewards import pyast
 from rewards.aggregate import RewardConfig
-from rewards.score import score
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 

@@ -15,8 +15,8 @@ from envs.logic import LogicEnv
 from envs.logic.families import FAMILIES
 from envs.logic.syntax import ParseError, parse_formula, parse_step
 from envs.registry import make_env
+from envs.score import score
 from rewards.aggregate import RewardConfig
-from rewards.score import score
 from sandbox.base import Limits
 from tasks.record import Task
 

@@ -1,7 +1,7 @@
 """The `reasoning_gym` kind (envs/reasoning_gym/): reasoning-gym's datasets by name, options and
 curriculum level, scored in [0, 1] by the dataset's own `score_answer` in the real process
 sandbox. Each sandbox run imports reasoning_gym (seconds), so the answers are graded in a few
-batches (`rollforge eval`'s path, rewards/evaluate.py) rather than one run each."""
+batches (`rollforge eval`'s path, envs/score.py) rather than one run each."""
 from __future__ import annotations
 
 import math
@@ -13,8 +13,8 @@ from envs.base import EnvError, StepContext, TestReport
 from envs.quality import check_task
 from envs.reasoning_gym.grading import code_beyond
 from envs.registry import make_env
+from envs.score import evaluate_samples
 from rewards.aggregate import RewardConfig, aggregate
-from rewards.evaluate import evaluate_samples
 from sandbox.base import ExecResult
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox

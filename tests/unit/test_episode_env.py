@@ -1,6 +1,6 @@
 """Agent episodes: edit, run the visible tests, read the errors, try again, submit, get graded.
 
-Real process sandbox and the real grader (`rewards.score.score` over the hidden tests)."""
+Real process sandbox and the real grader (`envs.score.score` over the hidden tests)."""
 from __future__ import annotations
 
 import json

@@ -12,8 +12,8 @@ from envs.base import SingleTurnEnv
 from envs.humaneval.grading import run_humaneval_batch
 from envs.humaneval.problems import humaneval_by_id
 from envs.registry import kind_class
+from envs.score import batches, evaluate_samples
 from rewards.aggregate import RewardConfig
-from rewards.evaluate import batches, evaluate_samples
 from rewards.reports import TestReport
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig

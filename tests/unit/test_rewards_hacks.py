@@ -12,8 +12,8 @@ import pytest
 
 from envs.humaneval.problems import humaneval_by_id
 from envs.registry import make_env
+from envs.score import score
 from rewards.aggregate import RewardConfig
-from rewards.score import score
 from sandbox.base import Limits
 from sandbox.config import SandboxConfig
 from sandbox.registry import make_sandbox

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from envs.humaneval.problems import humaneval_by_id
+from envs.score import score
 from rewards import wire
 from rewards.aggregate import RewardConfig, group_advantages
-from rewards.score import score
 from rewards.static_checks import check_static
 from sandbox.base import ExecResult, Limits
 from sandbox.config import SandboxConfig

@@ -191,7 +191,7 @@ def test_fork_bomb_is_contained_alike_and_the_next_execution_works(fast, plain):
 
 def test_grading_a_humaneval_sample_goes_through_the_fast_path(fast):
     from rewards.aggregate import RewardConfig
-    from rewards.score import score
+    from envs.score import score
     from envs.humaneval.problems import humaneval_by_id
 
     task = humaneval_by_id()["HumanEval/2"]

@@ -63,7 +63,7 @@ def test_sandbox_grades_it_or_reports_infra_error_never_a_false_zero(completion,
 
 @pytest.mark.parametrize("completion,solved", [("reference", True), ("    pass\n", False)])
 def test_sandbox_with_site_packages_grades_pandas_solutions(completion, solved):
-    from rewards.score import score
+    from envs.score import score
 
     t = generate_dataframe_suite(["df_rank"], [1], 1)[0]
     # generous limits: each execution imports pandas afresh, slow on a loaded 2-CPU machine

@@ -1,4 +1,4 @@
-"""Task quality through the real sandbox and `rewards.score.score`."""
+"""Task quality through the real sandbox and `envs.score.score`."""
 import pytest
 
 from envs.io import FunctionsEnv
