@@ -5,7 +5,7 @@ started it is gone (envs/openenv/server.py starts this with the kind's venv's in
     python launch.py PARENT_PID command ARGV...
 
 `app`: uvicorn serves the ASGI app (what openenv-core's `create_app` returns) on 127.0.0.1:PORT.
-`command`: ARGV runs in a process group of its own (it binds the port it was given). Either way a
+`command`: ARGV runs in this process group (it binds the port it was given). Either way a
 watchdog ends the server when PARENT_PID is no longer this process's parent: a Dask worker
 killed without running its exit handlers leaves no server behind. Standard library and uvicorn
 only; runs outside .venv.
@@ -37,17 +37,17 @@ def _serve_app(parent: int, target: str, port: int) -> None:
 
 
 def _serve_command(parent: int, argv: list[str]) -> None:
-    child = subprocess.Popen(argv, start_new_session=True)
+    # the command stays in this process group (the starter made it ours): stopping the group
+    # stops it and whatever it started
+    child = subprocess.Popen(argv)
 
     def stop(*_a) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(0, signal.SIGTERM)
         try:
-            os.killpg(child.pid, signal.SIGTERM)
             child.wait(5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        except subprocess.TimeoutExpired:
+            os.killpg(0, signal.SIGKILL)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)

@@ -13,6 +13,7 @@ import pytest
 
 from envs.base import EnvError, StepContext
 from envs.openenv import server
+from envs.openenv.client import ServerUnreachable, get_json
 from envs.openenv.env import OpenEnvEnv
 from envs.registry import make_env
 from rewards.aggregate import RewardConfig
@@ -186,9 +187,11 @@ def test_no_server_named_is_refused_by_name_and_hacks_need_none():
     assert make_env("openenv").attack_tasks() == []  # `rollforge hacks` with every kind
 
 
-def test_started_servers_stop():
-    env = make_env("openenv", {**APP, "seeds": [5]})
-    env.url()
+def test_started_servers_stop(guess):
+    urls = [make_env("openenv", {**o, "seeds": [5]}).url() for o in (APP, COMMAND)]
     procs = [s.proc for s in server._servers.values()]
     server.stop_all()
-    assert procs and all(p.poll() is not None for p in procs)
+    assert len(procs) == 2 and all(p.poll() is not None for p in procs)
+    for url in urls:  # the command's own process too
+        with pytest.raises(ServerUnreachable):
+            get_json(url, "/health", 1.0)
