@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from envs.base import EnvError, Environment, StepContext, StepResult, TestReport
 from envs.openenv import server
 from envs.openenv.client import ActionRefused, Observed, Session, get_json
-from rewards.aggregate import aggregate
+from rewards.aggregate import RewardConfig, aggregate
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -278,8 +278,6 @@ class OpenEnvEnv(Environment):
                           score=score)
 
     def _end(self, state: dict, reason: str, t0: float, ctx: StepContext | None) -> StepResult:
-        from rewards.aggregate import RewardConfig  # noqa: PLC0415
-
         report = self.report(state)
         grade = aggregate(report, ctx.reward if ctx else RewardConfig())
         seconds = time.perf_counter() - t0
@@ -296,10 +294,7 @@ class OpenEnvEnv(Environment):
         """The answer as the episode's first action, graded where that step leaves it (the
         task check and `rollforge eval`, which grade one completion)."""
         state, _ = self.reset(task)
-        r = self.step(state, answer, None)
-        if not r.done:
-            r = self._end(r.state, "max_turns", time.perf_counter(), None)
-        return self.report(r.state)
+        return self.report(self.step(state, answer, None).state)
 
 
 @functools.lru_cache(maxsize=16)
