@@ -92,7 +92,7 @@ def main() -> int:
         from prefect import get_run_logger
 
         opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-        stage = iteration._Play(cfg, 0, 0, 0, False, opts, client)
+        stage = iteration.Play(cfg, 0, 0, 0, False, opts, client)
         given = iter(samples)  # the fixed completions stand in for the policy's turn
 
         def sample_fn(turn, contexts, eps, max_new_tokens, k):

@@ -9,7 +9,7 @@ loopback Dask `LocalCluster` of several worker processes (the run's own `dask_cl
   Dask, one Prefect task per shard, with queue sampling; `score_rollouts`: rows, rewards,
   advantages; dynamic sampling's mask; `write_trajectories`: the Parquet store), then the
   iteration's rollout and execution metrics (`flows.stages`). Only the policy's turn is
-  replaced (`_Play.sample`, and `_Play.play`'s tokenizer, which would load the saved policy's);
+  replaced (`Play.sample`, and `Play.play`'s tokenizer, which would load the saved policy's);
 - **plain**: the same executions (the same (environment, state, action) steps) as one plain
   `Client.map` + `gather` on the same warm cluster, before the flow.
 
@@ -202,7 +202,7 @@ def one_size(n: int, workers: int, group: int, shard_size: int, profile: str | N
     plain_solved = sum(bool(s.info["grade"].solved) for s in plain)
     del plain
 
-    class ReferencePlay(iteration._Play):
+    class ReferencePlay(iteration.Play):
         """The loop's round of episodes with the references standing in for the policy."""
 
         def sample(self, turn, contexts, eps, max_new_tokens, k):
@@ -213,8 +213,8 @@ def one_size(n: int, workers: int, group: int, shard_size: int, profile: str | N
                         self.cfg.sampling.max_new_tokens, self.sample, self.step,
                         **play_options(self.cfg))
 
-    # `collect` builds its rounds from the module's `_Play`: this process only, a bench
-    iteration._Play = ReferencePlay
+    # `collect` builds its rounds from the module's `Play`: this process only, a bench
+    iteration.Play = ReferencePlay
 
     @flow(name="bench-scale-iteration")
     def execution_half() -> dict:

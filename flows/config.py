@@ -242,7 +242,7 @@ class ConfigError(ValueError):
     """A config that does not validate; the message names every bad field."""
 
 
-def _format_errors(err: ValidationError) -> str:
+def format_errors(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(config)"
@@ -252,7 +252,7 @@ def _format_errors(err: ValidationError) -> str:
     return "invalid config:\n  " + "\n  ".join(lines)
 
 
-def _set_dotted(d: dict, dotted: str, value: Any) -> None:
+def set_dotted(d: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     cur = d
     for p in parts[:-1]:
@@ -287,7 +287,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] = ()) -> Ru
         raise ConfigError(f"config file {str(path)!r} must hold a mapping, got {type(raw).__name__}")
     for item in overrides:
         key, value = parse_override(item)
-        _set_dotted(raw, key, value)
+        set_dotted(raw, key, value)
     return validate_config(raw)
 
 
@@ -295,7 +295,7 @@ def validate_config(raw: dict) -> RunConfig:
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err)) from None
+        raise ConfigError(format_errors(err)) from None
     from envs.base import EnvError  # noqa: PLC0415
     from envs.io.procedural import FAMILIES  # noqa: PLC0415
     from envs.sources import build_pool  # noqa: PLC0415
@@ -310,11 +310,11 @@ def validate_config(raw: dict) -> RunConfig:
     if not any(t.split == "train" for t in pool):
         raise ConfigError("tasks: the sources hold no training tasks")
     if cfg.policy.model_path is None:  # the byte tokenizer: lengths are known without a model
-        _check_prompts_fit(cfg, pool)
+        check_prompts_fit(cfg, pool)
     return cfg
 
 
-def _check_prompts_fit(cfg: RunConfig, pool) -> None:
+def check_prompts_fit(cfg: RunConfig, pool) -> None:
     """Refuse a pool whose longest first observation leaves no room for an action in
     policy.max_len (the run would stop at its first turn on that task)."""
     from envs.registry import env_for_task  # noqa: PLC0415

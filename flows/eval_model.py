@@ -1,5 +1,5 @@
 """`rollforge eval --model`: a policy generates on any sources through the loop's own path
-(flows.iteration._Play: the `sample_completions` stage on `sampling.engine`, then the
+(flows.iteration.Play: the `sample_completions` stage on `sampling.engine`, then the
 `run_rollouts` shards that step and grade each episode in the sandbox on the Dask cluster), n
 samples a task sampled plus one greedy, written chunk by chunk to the store's evaluations table
 (storage/evaluations.py).
@@ -30,8 +30,8 @@ from envs.sources import SourceConfig, build_pool
 from flows.config import (ConfigError, load_config, parse_override, task_sources,
                           validate_config)
 # one override rule, one error format and one length check for run and eval
-from flows.config import RunConfig, _check_prompts_fit, _format_errors, _set_dotted  # noqa: PLC2701
-from flows.iteration import _Play  # noqa: PLC2701 (the loop's round of episodes, reused)
+from flows.config import RunConfig, check_prompts_fit, format_errors, set_dotted
+from flows.iteration import Play  # the loop's round of episodes, reused
 from flows.staging import CODE_VERSION, bulky
 from storage import evaluations, registry
 from training import checkpoints
@@ -175,10 +175,10 @@ def _eval_config(raw: dict) -> RunConfig:
     try:
         cfg = RunConfig.model_validate(raw)
     except ValidationError as err:
-        raise ConfigError(_format_errors(err)) from None
+        raise ConfigError(format_errors(err)) from None
     pool = build_pool(task_sources(cfg))  # EnvError: a source that does not load
     if cfg.policy.model_path is None:
-        _check_prompts_fit(cfg, pool)
+        check_prompts_fit(cfg, pool)
     return cfg
 
 
@@ -193,7 +193,7 @@ def _base_config(ref: ModelRef, config_file: str | None, overrides) -> dict:
         except FileNotFoundError as exc:
             raise EvalInputError(f"--model {ref.label}: {exc}; pass --config") from None
         for item in overrides:
-            _set_dotted(raw, *parse_override(item))
+            set_dotted(raw, *parse_override(item))
         return raw
     except ConfigError as exc:
         raise EvalInputError(str(exc)) from None
@@ -216,7 +216,7 @@ def link_checkpoint(p: Plan) -> None:
                                          "model_dir": p.ref.model_dir})
 
 
-class _CountingPlay(_Play):
+class _CountingPlay(Play):
     """The loop's round of episodes, also counting the sequences its sample stages generated
     now (a stage answered from the persisted results generated nothing)."""
 

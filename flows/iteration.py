@@ -51,7 +51,7 @@ def resolve_config(config: dict | None = None, config_file: str | None = None,
                    overrides: list[str] | None = None) -> RunConfig:
     """The run config from a dict (`rollforge run`) or a YAML file (deployments), plus
     `key=value` overrides; a relative `config_file` is looked up from the cwd, then the repo."""
-    from flows.config import _set_dotted  # noqa: PLC0415
+    from flows.config import set_dotted  # noqa: PLC0415
 
     sets = list(overrides or [])
     if run_id is not None:
@@ -63,7 +63,7 @@ def resolve_config(config: dict | None = None, config_file: str | None = None,
             raise ValueError("give the config either as `config` or as `config_file`, not both")
         raw = dict(config)
         for item in sets:
-            _set_dotted(raw, *parse_override(item))
+            set_dotted(raw, *parse_override(item))
         return validate_config(raw)
     path = Path(config_file) if config_file else None
     if path is not None and not path.is_absolute() and not path.exists():
@@ -120,7 +120,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
             "iterations": cfg.iterations}
 
 
-class _Play:
+class Play:
     """The stages one round of episodes runs through: the policy's turns in the sample stage,
     the environment's in rollout shards (one Prefect task each, run in threads) while the
     scheduler's queue lengths are sampled every quarter second."""
@@ -198,8 +198,8 @@ def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client,
     episode per task) and sampled (`tasks.heldout_samples` per task), overall, per family and
     per source, as `<prefix>/...` metrics."""
     tasks = stages.heldout_tasks(cfg) if tasks is None else tasks
-    greedy = _Play(cfg, version, version, "eval-greedy", True, opts, client).play(tasks, 1)
-    sampled = _Play(cfg, version, version, "eval-sampled", False, opts, client).play(
+    greedy = Play(cfg, version, version, "eval-greedy", True, opts, client).play(tasks, 1)
+    sampled = Play(cfg, version, version, "eval-sampled", False, opts, client).play(
         tasks, cfg.tasks.heldout_samples)
     return heldout_metrics(tasks, greedy, sampled, prefix)
 
@@ -303,7 +303,7 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> dict:
         if not batch:
             break
         used += [t.task_id for t in batch]
-        round_play = _Play(cfg, it, v, rnd, False, opts, client)
+        round_play = Play(cfg, it, v, rnd, False, opts, client)
         eps = round_play.play(batch, G)
         for name, sec in round_play.times.items():
             timings[f"time/{name}_s"] = timings.get(f"time/{name}_s", 0.0) + sec

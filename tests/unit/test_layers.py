@@ -52,15 +52,7 @@ ORCHESTRATION_BREACHES: set[str] = set()
 CYCLES: set[frozenset[str]] = set()
 
 # (importer, source, name): a private name imported from another module.
-PRIVATE_IMPORTS: set[tuple[str, str, str]] = {
-    # The flows' helpers shared between their modules; flows/config.py and flows/eval_*.py are
-    # being reworked by another change.
-    ("flows.iteration", "flows.config", "_set_dotted"),
-    ("flows.eval_model", "flows.config", "_check_prompts_fit"),
-    ("flows.eval_model", "flows.config", "_format_errors"),
-    ("flows.eval_model", "flows.config", "_set_dotted"),
-    ("flows.eval_model", "flows.iteration", "_Play"),
-}
+PRIVATE_IMPORTS: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
