@@ -220,12 +220,12 @@ def one_size(n: int, workers: int, group: int, shard_size: int, profile: str | N
     def execution_half() -> dict:
         col = iteration.collect(cfg, 0, opts, client)  # draw, episodes, score, write
         t = time.perf_counter()
-        rows = col["rows"]
+        rows = col.rows
         metrics = {**stages.rollout_metrics(rows), **stages.execution_metrics(
-            col["stepped"], col["timings"]["time/run_rollouts_s"], workers, col["queue"])}
-        times = {k[5:-2]: v for k, v in col["timings"].items()}
+            col.stepped, col.timings["time/run_rollouts_s"], workers, col.queue)}
+        times = {k[5:-2]: v for k, v in col.timings.items()}
         times["metrics"] = time.perf_counter() - t
-        return {"times": times, "rows": len(rows), "queue_samples": len(col["queue"]),
+        return {"times": times, "rows": len(rows), "queue_samples": len(col.queue),
                 "solved": sum(bool(r["solved"]) for r in rows),
                 "per_s": metrics["rollout/per_s"]}
 

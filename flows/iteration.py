@@ -10,9 +10,11 @@ finish; iterations already marked done are skipped outright.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -237,6 +239,7 @@ def run_iterations(cfg: RunConfig, start: int, opts: dict, log, client, baseline
     only when the next one needs its version."""
     pending = None  # (iteration, what it collected, its update's future) while it trains
     mark = time.perf_counter()  # the last iteration's end (rl.overlap's iteration time)
+    after = dict(opts=opts, log=log, client=client, baseline=baseline)
     for it in range(start, cfg.iterations):
         if not cfg.rl.overlap:
             run_iteration(cfg, it, opts, log, client, baseline)
@@ -245,12 +248,12 @@ def run_iterations(cfg: RunConfig, start: int, opts: dict, log, client, baseline
         previous = None
         if pending is not None:
             previous = _join(*pending)
-        future = submit_stage(update_policy, opts, cfg, it, it, col["train_rows"])
+        future = submit_stage(update_policy, opts, cfg, it, it, col.train_rows)
         if previous is not None:
-            mark = finish(cfg, *previous, opts, log, client, baseline, mark)
+            mark = finish(cfg, *previous, t_iter=mark, **after)
         pending = (it, col, future)
     if pending is not None:
-        finish(cfg, *_join(*pending), opts, log, client, baseline, mark)
+        finish(cfg, *_join(*pending), t_iter=mark, **after)
 
 
 def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client, baseline: dict) -> float:
@@ -258,21 +261,45 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client, baseline: di
     t_iter = time.perf_counter()
     col = collect(cfg, it, opts, client)
     t = time.perf_counter()
-    train = call_stage(update_policy, opts, cfg, it, it, col["train_rows"])
-    col["timings"]["time/update_policy_s"] = time.perf_counter() - t
-    return finish(cfg, it, col, train, opts, log, client, baseline, t_iter)
+    train = call_stage(update_policy, opts, cfg, it, it, col.train_rows)
+    col = col.timed(update_policy_s=time.perf_counter() - t)
+    return finish(cfg, it, col, train, opts=opts, log=log, client=client, baseline=baseline,
+                  t_iter=t_iter)
 
 
-def _join(it: int, col: dict, future) -> tuple[int, dict, dict]:
+def _join(it: int, col: Collected, future) -> tuple[int, Collected, dict]:
     """Wait for an overlapped update; how long the flow waited is `time/update_wait_s`."""
     t = time.perf_counter()
     train = future.result()
-    col["timings"]["time/update_wait_s"] = time.perf_counter() - t
-    col["timings"]["time/update_policy_s"] = train.get("train/stage_seconds", math.nan)
+    col = col.timed(update_wait_s=time.perf_counter() - t,
+                    update_policy_s=train.get("train/stage_seconds", math.nan))
     return it, col, train
 
 
-def collect(cfg: RunConfig, it: int, opts: dict, client) -> dict:
+@dataclass(frozen=True)
+class Collected:
+    """What `collect` gathered of one iteration: what its update trains on and what `finish`
+    reports."""
+
+    rows: list[dict]  # every scored row, as stored (refill rounds included)
+    train_rows: list[dict]  # the rows the update trains on (the informative groups' only,
+    # with dynamic sampling)
+    episodes: list[Episode]
+    stepped: list[Stepped]  # environment steps executed now (cache hits left out)
+    queue: list[dict]  # the scheduler's queue lengths, sampled during the rollouts
+    rounds: int  # sampling rounds run (1 + refill rounds)
+    kept_groups: int  # informative groups over all rounds
+    first_share: float  # informative share of the first round's groups (NaN: none drawn)
+    timings: dict[str, float]  # `time/<stage>_s` -> seconds
+    sampled_with: int  # the policy version that sampled the episodes
+
+    def timed(self, **seconds: float) -> "Collected":
+        """A copy with `time/<name>_s` set for each `name=seconds`."""
+        return dataclasses.replace(self, timings={
+            **self.timings, **{f"time/{k}_s": v for k, v in seconds.items()}})
+
+
+def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
     """Iteration `it`'s tasks, episodes (sampled with `sample_version`), scores and stored
     rows, with dynamic sampling's refill rounds; what the update and `finish` need."""
     v = sample_version(cfg, it)
@@ -319,31 +346,31 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> dict:
     timed("write_trajectories", write_trajectories, cfg, it, v, rows)
     train_rows = ([r for r, k in zip(rows, stages.informative_row_mask(rows)) if k]
                   if cfg.tasks.dynamic_sampling else rows)
-    return {"rows": rows, "train_rows": train_rows, "episodes": episodes, "stepped": stepped,
-            "queue": queue, "rounds": rounds, "kept_groups": kept_groups,
-            "first_share": first_share, "timings": timings, "sampled_with": v}
+    return Collected(rows=rows, train_rows=train_rows, episodes=episodes, stepped=stepped,
+                     queue=queue, rounds=rounds, kept_groups=kept_groups,
+                     first_share=first_share, timings=timings, sampled_with=v)
 
 
-def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, client,
+def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, log, client,
            baseline: dict, t_iter: float) -> float:
     """Iteration `it` after its update: its metrics, the held-out evaluation of version it + 1
     when due, the checkpoint record (the iteration is done), its log lines and artifacts.
     `time/iteration_s` is from `t_iter` on: the iteration's start, or with rl.overlap the last
     iteration's end (the loop's pace). Returns when it ended."""
-    rows, episodes, timings = col["rows"], col["episodes"], col["timings"]
-    G, kept_groups = cfg.sampling.group_size, col["kept_groups"]
+    rows, episodes, timings = col.rows, col.episodes, col.timings
+    G, kept_groups = cfg.sampling.group_size, col.kept_groups
     groups = len(rows) // G
     metrics = {**stages.rollout_metrics(rows), **episode_metrics(episodes), **train, **timings,
-               **stages.execution_metrics(col["stepped"], timings.get("time/run_rollouts_s", 0.0),
-                                          total_threads(client), col["queue"]),
-               "curriculum/rounds": col["rounds"], "curriculum/groups_generated": groups,
+               **stages.execution_metrics(col.stepped, timings.get("time/run_rollouts_s", 0.0),
+                                          total_threads(client), col.queue),
+               "curriculum/rounds": col.rounds, "curriculum/groups_generated": groups,
                "curriculum/groups_informative": kept_groups,
                "curriculum/informative_share": kept_groups / groups if groups else math.nan,
-               "curriculum/informative_share_first_round": col["first_share"],
-               "curriculum/groups_trained": len({r["group_id"] for r in col["train_rows"]}),
+               "curriculum/informative_share_first_round": col.first_share,
+               "curriculum/groups_trained": len({r["group_id"] for r in col.train_rows}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
                                               if rows else math.nan),
-               "policy_sampled": col["sampled_with"], **engine_metrics(cfg)}
+               "policy_sampled": col.sampled_with, **engine_metrics(cfg)}
     for src in sorted({r["source"] for r in rows if r["source"]}):
         mine = [r for r in rows if r["source"] == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)
@@ -361,10 +388,10 @@ def finish(cfg: RunConfig, it: int, col: dict, train: dict, opts: dict, log, cli
     return ended
 
 
-def _log_iteration(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
+def _log_iteration(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
     """Iteration `it`'s log lines: rewards, groups, the update, off-policy and engine figures."""
-    timings, kept_groups = col["timings"], col["kept_groups"]
-    groups = len(col["rows"]) // cfg.sampling.group_size
+    timings, kept_groups = col.timings, col.kept_groups
+    groups = len(col.rows) // cfg.sampling.group_size
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
            f"train pass {metrics['rollout/pass_rate']:.3f}")
     if "episode/turns_mean" in metrics:
@@ -374,7 +401,7 @@ def _log_iteration(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> No
         msg += (f", held-out pass greedy {metrics['heldout/pass_greedy']:.3f} "
                 f"sampled {metrics['heldout/pass_sampled']:.3f}")
     log.info(msg + f" ({metrics['time/iteration_s']:.1f}s, {metrics['rollout/per_s']:.0f} rollouts/s)")
-    log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {col['rounds']} "
+    log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {col.rounds} "
              f"round(s), {metrics['curriculum/groups_trained']} trained on; sandbox utilisation "
              f"{metrics['sandbox/utilisation']:.2f}, scheduler queue max "
              f"{metrics.get('cluster/queued_max', '-')} queued / "
@@ -382,7 +409,7 @@ def _log_iteration(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> No
     if "train/peak_mem_mb" in metrics:
         log.info(_update_line(it, metrics))
     if cfg.rl.overlap and "train/staleness" in metrics:
-        log.info(f"iteration {it} off-policy: sampled by v{col['sampled_with']}, trained from "
+        log.info(f"iteration {it} off-policy: sampled by v{col.sampled_with}, trained from "
                  f"v{it}; importance weight mean {metrics['train/is_weight_mean']:.3f}, "
                  f"{metrics['train/is_weight_capped']:.3f} of tokens at the cap; the flow "
                  f"waited {timings.get('time/update_wait_s', 0.0):.2f}s for the update")
@@ -391,7 +418,7 @@ def _log_iteration(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> No
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
 
 
-def _log_gap(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
+def _log_gap(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
     """The sampler/trainer log-prob gap, a warning over `rl.logprob_gap_warn`."""
     gap = metrics.get("train/logprob_gap_mean")
     if gap is not None:
@@ -402,7 +429,7 @@ def _log_gap(cfg: RunConfig, it: int, col: dict, metrics: dict, log) -> None:
             how = (" in place" if metrics.get("engine/sync_in_place") else "") + (
                 f" ({metrics['engine/sync_fallbacks']} fallback(s) to a restart)"
                 if metrics.get("engine/sync_fallbacks") else "")
-            line += (f"; engine synced to v{col['sampled_with']}{how} in "
+            line += (f"; engine synced to v{col.sampled_with}{how} in "
                      f"{metrics['engine/sync_s']:.1f}s, {metrics['engine/restarts']} restart(s)")
         (log.warning if gap > cfg.rl.logprob_gap_warn else log.info)(
             line + (f" (over rl.logprob_gap_warn={cfg.rl.logprob_gap_warn}: the sampler and the "
