@@ -3,7 +3,6 @@ file): the gold patch resolves it and a no-op does not, through the real sandbox
 a scripted agent resolves it through the episode's actions while one turn does not; and every
 cheat of the hack suite gets no credit and a flag. The sdist and the layer come from PyPI on
 first use and are cached (envs/repo/source.py)."""
-import shlex
 
 import pytest
 
@@ -83,7 +82,15 @@ def test_every_attack_of_the_suite_gets_no_credit_and_a_flag(task, ctx):
     from envs.hacks import run_suite, summary
 
     env = make_env("repo", {"repos": ["inflection"], "max_turns": 2})
-    results = run_suite(env, [task], ctx, workers=2)  # both cores: the suite's slowest test
+    # The attacks aim at the framework and at the failing tests; the task's PASS_TO_PASS (the
+    # other 432 cases of inflection's one test module) only lengthened each of the 24 graded
+    # runs (the reference: 5.6 s with them, 0.8 s without; every attack is still refused with
+    # its named flags), so this test grades the FAIL_TO_PASS alone. `rollforge hacks repo`
+    # (docs/environments.md's table) plays the whole task.
+    p = task.payload
+    f2p_only = task.model_copy(update={"payload": {**p, "pass_to_pass": [],
+                                                   "n_collected": len(p["fail_to_pass"])}})
+    results = run_suite(env, [f2p_only], ctx, workers=2)  # both cores: the suite's slowest test
     bad = [(r.attack, r.reward, r.solved, r.flags) for r in results if not r.refused]
     assert not bad
     s = summary(results)["repo"]
