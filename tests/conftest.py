@@ -14,9 +14,21 @@ SLOW_ENV = "ROLLFORGE_SLOW_TESTS"
 SHARED_PREFECT_ENV = "ROLLFORGE_TEST_PREFECT_SERVER"
 
 
+# The modules that take a minute or more (measured under `make test`'s two workers), longest
+# first. xdist's loadfile hands out whole modules in collection order, one to each free worker:
+# a long module collected last would leave the other worker idle for its whole length.
+LONG_MODULES = ("test_engine_run.py", "test_engine_vllm.py", "test_update_ranks.py",
+                "test_clean_stop.py", "test_kind_folders.py", "test_flow_loop.py",
+                "test_repo_hacks.py", "test_overlap.py", "test_eval_transfer_cli.py",
+                "test_gateway_engine.py", "test_ui_browser.py")
+
+
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests (minutes each, a path that faster tests already cover in parts) run only with
-    ROLLFORGE_SLOW_TESTS=1, so `make test` stays short; each says what it adds."""
+    """The long modules first (LONG_MODULES), the rest in their order. `slow` tests (minutes
+    each, a path that faster tests already cover in parts) run only with ROLLFORGE_SLOW_TESTS=1,
+    so `make test` stays short; each says what it adds."""
+    rank = {name: i for i, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))  # stable
     if os.environ.get(SLOW_ENV):
         return
     skip = pytest.mark.skip(reason=f"slow (minutes): set {SLOW_ENV}=1 to run it")
