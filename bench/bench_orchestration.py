@@ -100,8 +100,10 @@ def main() -> int:
 
         eps = play(batch, [env] * len(batch), G, 10 ** 6, tok, 40, sample_fn, stage.step)
         rollouts_s = stage.times["run_rollouts"]
-        rows = iteration.score_rollouts.with_options(**opts)(cfg, 0, 0, 0, eps, 0)
-        iteration.write_trajectories.with_options(**opts)(cfg, 0, 0, rows)
+        rows = iteration.score_rollouts.with_options(**opts)(
+            cfg=cfg, iteration=0, version=0, round_=0, episodes=eps, group_offset=0)
+        iteration.write_trajectories.with_options(**opts)(cfg=cfg, iteration=0, version=0,
+                                                          rows=rows)
         get_run_logger().info(f"{len(rows)} rows written")
         return {"rollouts_s": rollouts_s, "rows": len(rows), "queue_samples": len(stage.queue),
                 "solved": sum(bool(e.grade and e.grade.solved) for e in eps)}

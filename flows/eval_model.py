@@ -32,7 +32,7 @@ from flows.config import (ConfigError, load_config, parse_override, task_sources
 # one override rule, one error format and one length check for run and eval
 from flows.config import RunConfig, check_prompts_fit, format_errors, set_dotted
 from flows.iteration import Play  # the loop's round of episodes, reused
-from flows.staging import CODE_VERSION, bulky
+from flows.staging import CODE_VERSION
 from storage import evaluations, registry
 from training import checkpoints
 
@@ -224,9 +224,8 @@ class _CountingPlay(Play):
     reused = 0
 
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
-        state = self.sample_stage()(*bulky(
-            (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens,
-             self.greedy)), return_state=True)
+        state = self.sample_stage()(**self.sample_inputs(turn, k, contexts, max_new_tokens),
+                                    return_state=True)
         out, seconds = state.result()
         if state.name == "Cached":
             self.reused += len(contexts)

@@ -107,7 +107,7 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         client = dask_client(c.address, c.n_workers, c.threads_per_worker)
         print(cluster_description(client))
         t0 = time.perf_counter()
-        sft = call_stage(sft_stage, opts, cfg, 0)
+        sft = call_stage(sft_stage, opts, cfg=cfg, version=0)
         baseline = evaluate_policy(cfg, 0, opts, client)
         log.info(f"SFT start (v0): held-out pass greedy {baseline['heldout/pass_greedy']:.3f}, "
                  f"sampled {baseline['heldout/pass_sampled']:.3f} ({time.perf_counter() - t0:.1f}s)")
@@ -149,11 +149,16 @@ class Play:
             stage.timeout_seconds = None  # with_options reads None as "keep the stage's own"
         return stage
 
+    def sample_inputs(self, turn: int, k: int, contexts: list[list[int]],
+                      max_new_tokens: int) -> dict:
+        """The sample stage's inputs, by name (its cache key reads them by name), quoted."""
+        return bulky(dict(cfg=self.cfg, iteration=self.it, version=self.v, round_=self.rnd,
+                          turn=turn, k=k, contexts=contexts, max_new_tokens=max_new_tokens,
+                          greedy=self.greedy))
+
     def sample(self, turn, contexts, _episodes, max_new_tokens, k):
         with self.clocks["sample"]:
-            return self.sample_stage()(*bulky(
-                (self.cfg, self.it, self.v, self.rnd, turn, k, contexts, max_new_tokens,
-                 self.greedy)))
+            return self.sample_stage()(**self.sample_inputs(turn, k, contexts, max_new_tokens))
 
     def step(self, turn, items):
         with self.clocks["run_rollouts"]:
@@ -163,10 +168,10 @@ class Play:
         cfg, size = self.cfg, self.cfg.cluster.shard_size
         runner = run_rollouts.with_options(**self.opts)
         threads = total_threads(self.client)
-        futures = [runner.submit(*bulky((cfg, self.it, self.v, self.rnd, k, turn,
-                                         items[i:i + size],
-                                         step_deadline_s(items[i:i + size], cfg.sandbox,
-                                                         threads))))
+        futures = [runner.submit(**bulky(dict(
+            cfg=cfg, iteration=self.it, version=self.v, round_=self.rnd, shard=k, turn=turn,
+            items=items[i:i + size],
+            deadline_s=step_deadline_s(items[i:i + size], cfg.sandbox, threads))))
                    for k, i in enumerate(range(0, len(items), size))]
         sizes = {f: len(items[i:i + size]) for f, i in zip(futures, range(0, len(items), size))}
         with Progress(f"{phase_label(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
@@ -248,7 +253,8 @@ def run_iterations(cfg: RunConfig, start: int, opts: dict, log, client, baseline
         previous = None
         if pending is not None:
             previous = _join(*pending)
-        future = submit_stage(update_policy, opts, cfg, it, it, col.train_rows)
+        future = submit_stage(update_policy, opts, cfg=cfg, iteration=it, version=it,
+                              rows=col.train_rows)
         if previous is not None:
             mark = finish(cfg, *previous, t_iter=mark, **after)
         pending = (it, col, future)
@@ -261,7 +267,8 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client, baseline: di
     t_iter = time.perf_counter()
     col = collect(cfg, it, opts, client)
     t = time.perf_counter()
-    train = call_stage(update_policy, opts, cfg, it, it, col.train_rows)
+    train = call_stage(update_policy, opts, cfg=cfg, iteration=it, version=it,
+                       rows=col.train_rows)
     col = col.timed(update_policy_s=time.perf_counter() - t)
     return finish(cfg, it, col, train, opts=opts, log=log, client=client, baseline=baseline,
                   t_iter=t_iter)
@@ -305,9 +312,9 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
     v = sample_version(cfg, it)
     timings: dict[str, float] = {}
 
-    def timed(name, fn, *args):
+    def timed(name, fn, **inputs):
         t = time.perf_counter()
-        out = call_stage(fn, opts, *args)
+        out = call_stage(fn, opts, **inputs)
         timings[f"time/{name}_s"] = timings.get(f"time/{name}_s", 0.0) + time.perf_counter() - t
         return out
 
@@ -326,7 +333,8 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
         need = want if rnd == 0 else want - kept_groups
         if need <= 0:
             break
-        batch = timed("generate_tasks", generate_tasks, cfg, it, rnd, need, ledger, used)
+        batch = timed("generate_tasks", generate_tasks, cfg=cfg, iteration=it, round_=rnd,
+                      n=need, ledger=ledger, exclude=used)
         if not batch:
             break
         used += [t.task_id for t in batch]
@@ -337,13 +345,14 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
         queue += round_play.queue
         stepped += round_play.stepped
         episodes += eps
-        rows += timed("score", score_rollouts, cfg, it, v, rnd, eps, len(rows) // G)
+        rows += timed("score", score_rollouts, cfg=cfg, iteration=it, version=v, round_=rnd,
+                      episodes=eps, group_offset=len(rows) // G)
         rounds += 1
         keep = stages.informative_row_mask(rows)
         kept_groups = len({r["group_id"] for r, k in zip(rows, keep) if k})
         if rnd == 0:  # what the sampler alone achieved, before any refill
             first_share = kept_groups / max(1, len(rows) // G)
-    timed("write_trajectories", write_trajectories, cfg, it, v, rows)
+    timed("write_trajectories", write_trajectories, cfg=cfg, iteration=it, version=v, rows=rows)
     train_rows = ([r for r, k in zip(rows, stages.informative_row_mask(rows)) if k]
                   if cfg.tasks.dynamic_sampling else rows)
     return Collected(rows=rows, train_rows=train_rows, episodes=episodes, stepped=stepped,
@@ -382,7 +391,7 @@ def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, 
     metrics["policy_version"] = it + 1
     ended = time.perf_counter()
     metrics["time/iteration_s"] = ended - t_iter
-    call_stage(checkpoint, opts, cfg, it, it, metrics)
+    call_stage(checkpoint, opts, cfg=cfg, iteration=it, version=it, metrics=metrics)
     _log_iteration(cfg, it, col, metrics, log)
     publish_iteration(cfg, it, metrics, log, baseline)
     return ended

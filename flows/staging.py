@@ -26,12 +26,13 @@ _WHERE = ("iteration", "version", "round_", "shard")  # key parts that get their
 _NOT_INPUTS = ("cfg", "deadline_s", *_WHERE)
 
 
-def bulky(args) -> list:
-    """A stage's arguments with every collection quoted: Prefect otherwise walks each one,
-    element by element, twice per call, looking for futures to resolve (none are ever passed:
-    a stage receives values). On 320 rows of an iteration that walk cost 0.67 s a call, 0.02 s
-    quoted (bench/bench_stage_call.py). The stage receives the values themselves."""
-    return [quote(a) if isinstance(a, (list, tuple, dict, pd.DataFrame)) else a for a in args]
+def bulky(inputs: dict[str, Any]) -> dict[str, Any]:
+    """A stage's arguments, by name, with every collection quoted: Prefect otherwise walks each
+    one, element by element, twice per call, looking for futures to resolve (none are ever
+    passed: a stage receives values). On 320 rows of an iteration that walk cost 0.67 s a
+    call, 0.02 s quoted (bench/bench_stage_call.py). The stage receives the values themselves."""
+    return {k: quote(a) if isinstance(a, (list, tuple, dict, pd.DataFrame)) else a
+            for k, a in inputs.items()}
 
 
 def _unquoted(v):
@@ -87,27 +88,29 @@ def pipeline_stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
     return deco
 
 
-def _options(stage, opts: dict, args: tuple) -> dict:
+def _options(stage, opts: dict, inputs: dict[str, Any]) -> dict:
     product = getattr(stage, "product", None)
     if product is not None:
-        bound = inspect.signature(stage.fn).bind(*args)
+        bound = inspect.signature(stage.fn).bind(**inputs)
         bound.apply_defaults()
         if not product(bound.arguments):
             opts = dict(opts, refresh_cache=True)
     return opts
 
 
-def call_stage(stage, opts: dict, *args):
-    """Run `stage` with the run's task options. A stage whose product is gone (a checkpoint
-    deleted since its result was stored) runs again and replaces its stored result: a cache
-    hit would return what it computed and write nothing. (Its key stays the same, so the
-    stored result is found again once the product is back.)"""
-    return stage.with_options(**_options(stage, opts, args))(*bulky(args))
+def call_stage(stage, opts: dict, /, **inputs):
+    """Run `stage` with the run's task options on its inputs, each by its parameter's name.
+    The cache key is built from the parameters by name (`_stage_key`), so it does not depend on
+    how a call spells them. A stage whose product is gone (a checkpoint deleted since its
+    result was stored) runs again and replaces its stored result: a cache hit would return
+    what it computed and write nothing. (Its key stays the same, so the stored result is found
+    again once the product is back.)"""
+    return stage.with_options(**_options(stage, opts, inputs))(**bulky(inputs))
 
 
-def submit_stage(stage, opts: dict, *args):
+def submit_stage(stage, opts: dict, /, **inputs):
     """`call_stage` in the background (the flow's task runner, a thread): its future."""
-    return stage.with_options(**_options(stage, opts, args)).submit(*bulky(args))
+    return stage.with_options(**_options(stage, opts, inputs)).submit(**bulky(inputs))
 
 
 def has_checkpoint(version_of: Callable[[dict], int]) -> Callable[[dict], bool]:

@@ -348,7 +348,9 @@ def test_code_version_tells_apart_a_moved_file_and_two_files_of_one_name(tmp_pat
 def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tmp_path):
     """A real Prefect run: the stage writes a file; called again, it is a cache hit while the
     file is there, and runs again once the file is gone (a stored result that says it wrote
-    it is not the file)."""
+    it is not the file). The first call passes its inputs by position and the named call
+    after it is a hit: the key reads the inputs by name, so how a call spells them does not
+    change it."""
     from pathlib import Path as _P
 
     from prefect import flow
@@ -368,9 +370,10 @@ def test_a_stage_whose_product_is_gone_runs_again_instead_of_a_cache_hit(cfg, tm
 
     @flow
     def probe(cfg):
-        out = [call_stage(make, opts, cfg, 0), call_stage(make, opts, cfg, 0)]  # run, hit
+        out = [make.with_options(**opts)(cfg, 0),  # run
+               call_stage(make, opts, cfg=cfg, iteration=0)]  # hit
         made.unlink()
-        return out + [call_stage(make, opts, cfg, 0)]  # gone: runs again
+        return out + [call_stage(make, opts, cfg=cfg, iteration=0)]  # gone: runs again
 
     with prefect_test_harness(server_startup_timeout=180):
         assert probe(run_cfg) == ["made"] * 3
