@@ -34,6 +34,7 @@ from flows.episode_exec import Stepped
 from rewards.advantages import advantages_for
 from rewards import outcome
 from rewards.aggregate import RewardBreakdown
+from storage.schema import TrajectoryRow
 from tasks.record import Task
 from training.episodes import EpisodeTokens, fit_observation, observation_text
 from training.generate import Sample
@@ -336,7 +337,8 @@ def solved(e: Episode) -> bool | None:
 
 def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: int,
                  config_hash: str, group_offset: int = 0) -> list[dict]:
-    """One trajectory row per episode (docs/analysts.md), GRPO advantages per task group.
+    """One trajectory row per episode (storage/schema.py `TrajectoryRow`, as a dict; the
+    columns: docs/analysts.md), GRPO advantages per task group.
     The columns only multi-turn episodes fill (the turns' text, the mask, shaping) stay null on
     single-turn rows."""
     grades = [e.grade for e in eps]
@@ -352,37 +354,37 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
         gid = group_offset + i // group
         # a chat's per-turn record is kept even at one turn: its calls are read turn by turn
         multi = e.env.max_turns > 1 or e.chat is not None
-        rows.append({
-            "run_id": cfg.run_id, "iteration": iteration, "policy_version": version,
-            "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
-            "split": t.split, "source": t.source, "kind": e.env.name or type(e.env).__name__,
-            "sample_index": e.index, "group_id": f"{iteration}:{gid}",
-            "prompt": e.intro, "completion": "".join(e.text),
-            "prompt_token_ids": e.tokens.prompt_ids, "completion_token_ids": e.tokens.ids,
-            "sampling_logprobs": e.tokens.logprobs,
-            "completion_mask": e.tokens.mask if multi else None,
-            "reward": float(rewards[i]), "reward_components": g.components() if g else {},
-            "advantage": float(adv[i]),
-            "pass_fraction": g.pass_fraction if g else None,
-            "tests_passed": g.tests_passed if g else None,
-            "tests_total": g.tests_total if g else None,
-            "test_outcomes": list(g.test_outcomes) if g else [],
-            "test_names": list(g.test_names) if g else [],
-            "status": g.status if g else "not_graded", "error_type": g.error_type if g else None,
-            "hack_flags": list(g.hack_flags) if g else [],
-            "infra_error": bool(g.infra_error) if g else False, "solved": solved(e),
-            "sandbox_backend": e.backend, "image_digest": e.image_digest,
-            "gen_time_s": e.gen_s, "exec_time_s": float(sum(e.turn_seconds)),
-            "score_time_s": e.wall_s, "config_hash": config_hash,
-            "episode_id": f"{iteration}:{gid}:{e.index}", "turns": e.turns,
-            "end_reason": (e.final or {}).get("end_reason"),
-            "turn_seconds": e.turn_seconds if multi else None,
-            "turn_actions": e.actions if multi else None,
-            "turn_observations": e.observations if multi else None,
-            "shaping_reward": shaping[i] if multi else None,
-            "answer_executed": e.executed,
-            "tool_calls": e.calls if e.chat else None,
-        })
+        rows.append(TrajectoryRow(
+            run_id=cfg.run_id, iteration=iteration, policy_version=version,
+            task_id=t.task_id, suite=t.suite, family=t.family, difficulty=t.difficulty,
+            split=t.split, source=t.source, kind=e.env.name or type(e.env).__name__,
+            sample_index=e.index, group_id=f"{iteration}:{gid}",
+            prompt=e.intro, completion="".join(e.text),
+            prompt_token_ids=e.tokens.prompt_ids, completion_token_ids=e.tokens.ids,
+            sampling_logprobs=e.tokens.logprobs,
+            completion_mask=e.tokens.mask if multi else None,
+            reward=float(rewards[i]), reward_components=g.components() if g else {},
+            advantage=float(adv[i]),
+            pass_fraction=g.pass_fraction if g else None,
+            tests_passed=g.tests_passed if g else None,
+            tests_total=g.tests_total if g else None,
+            test_outcomes=list(g.test_outcomes) if g else [],
+            test_names=list(g.test_names) if g else [],
+            status=g.status if g else "not_graded", error_type=g.error_type if g else None,
+            hack_flags=list(g.hack_flags) if g else [],
+            infra_error=bool(g.infra_error) if g else False, solved=solved(e),
+            sandbox_backend=e.backend, image_digest=e.image_digest,
+            gen_time_s=e.gen_s, exec_time_s=float(sum(e.turn_seconds)),
+            score_time_s=e.wall_s, config_hash=config_hash,
+            episode_id=f"{iteration}:{gid}:{e.index}", turns=e.turns,
+            end_reason=(e.final or {}).get("end_reason"),
+            turn_seconds=e.turn_seconds if multi else None,
+            turn_actions=e.actions if multi else None,
+            turn_observations=e.observations if multi else None,
+            shaping_reward=shaping[i] if multi else None,
+            answer_executed=e.executed,
+            tool_calls=e.calls if e.chat else None,
+        ).as_dict())
     return rows
 
 

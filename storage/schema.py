@@ -1,9 +1,10 @@
 """The trajectory schema (one row per rollout: a one-shot completion, or a whole multi-turn
-agent episode) and the conversion of rows into it, refusing
-anything that does not fit with a message that names the column.
+agent episode), the row record a builder fills (`TrajectoryRow`, the same columns) and the
+conversion of rows into the schema, refusing anything that does not fit with a message that
+names the column.
 
-Version history (bump SCHEMA_VERSION when a column is added; never remove or retype a column,
-readers fill columns that an older file lacks with null):
+Version history (bump SCHEMA_VERSION when a column is added, and add its field to TrajectoryRow;
+never remove or retype a column, readers fill columns that an older file lacks with null):
   1: first version.
   2: multi-turn agent episodes, one row per episode: episode_id, turns, end_reason,
      completion_mask (1 = policy token, 0 = environment token, over completion_token_ids),
@@ -21,7 +22,9 @@ readers fill columns that an older file lacks with null):
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -124,6 +127,74 @@ TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str
 FILE_SCHEMA = pa.schema([f for f in _FIELDS if f.name not in PARTITION_SCHEMA.names],
                         metadata=TRAJECTORY_SCHEMA.metadata)
 """What is stored inside each Parquet file: the logical schema less the partition columns."""
+
+WRITER_COLUMNS = ("schema_version", "shard")
+"""Columns the writer fills (rows_to_table), never a row's builder."""
+
+
+@dataclass(frozen=True)
+class TrajectoryRow:
+    """One row as a builder (flows/episodes.py `episode_rows`) makes it: every column of
+    TRAJECTORY_SCHEMA but WRITER_COLUMNS, in the schema's order, each by name and none left
+    out (a column the builder forgets or misspells is a TypeError where the row is built, not
+    a silent null). The columns' meanings are the schema's `doc`s; a test holds the two to the
+    same names, order, nullability and kind of value. `as_dict()` is what the loop passes on
+    (a stage's inputs and results, rows_to_table). NaN in a float column: could not be scored."""
+
+    run_id: str
+    iteration: int
+    policy_version: int
+    task_id: str
+    suite: str
+    family: str
+    difficulty: int
+    split: str
+    sample_index: int
+    group_id: str
+    prompt: str | None
+    completion: str | None
+    prompt_token_ids: list[int] | None
+    completion_token_ids: list[int] | None
+    sampling_logprobs: list[float] | None
+    reward: float | None
+    reward_components: dict[str, float] | None
+    advantage: float | None
+    pass_fraction: float | None
+    tests_passed: int | None
+    tests_total: int | None
+    test_outcomes: list[str] | None
+    status: str
+    error_type: str | None
+    hack_flags: list[str] | None
+    infra_error: bool | None
+    sandbox_backend: str | None
+    image_digest: str | None
+    gen_time_s: float | None
+    exec_time_s: float | None
+    score_time_s: float | None
+    config_hash: str | None
+    episode_id: str | None
+    turns: int | None
+    end_reason: str | None
+    completion_mask: list[int] | None
+    turn_seconds: list[float] | None
+    turn_actions: list[str] | None
+    turn_observations: list[str] | None
+    shaping_reward: float | None
+    source: str | None
+    kind: str | None
+    test_names: list[str] | None
+    solved: bool | None
+    answer_executed: str | None
+    tool_calls: list[dict] | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Column -> value, the values themselves (`dataclasses.asdict` would copy every token
+        list element by element)."""
+        return {name: getattr(self, name) for name in _ROW_COLUMNS}
+
+
+_ROW_COLUMNS = tuple(f.name for f in dataclasses.fields(TrajectoryRow))
 
 def _kind(t: pa.DataType) -> str:
     if pa.types.is_boolean(t):
