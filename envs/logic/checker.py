@@ -234,106 +234,129 @@ def check_chain(premises: list[str], goal: str, answer: str, *, max_cited: int =
         bad = StepVerdict("failed", "the task's premises are contradictory")
         return ChainVerdict((bad,) * len(lines), bad, ("inconsistent_premises",),
                             time.perf_counter() - t0, 1, 0)
-    z = Z3Terms()
-    sorts = task_sorts(premises, goal)
-    prem = [z.term(parse_formula(p, sorts)[0]) for p in premises]
-    goal_t = z.term(parse_formula(goal, sorts)[0])
-    units = Units(z, goal_t, timeout_ms, t0 + budget_s)
-    for k, t in enumerate(prem, 1):
-        units.of[("P", k)], units.term[("P", k)] = frozenset({("P", k)}), t
-    valid: dict[int, object] = {}
-    verdicts: list[StepVerdict] = []
-    flags: list[str] = []
-    checks = parsed = 0
-
-    def flag(name: str) -> None:
-        if name not in flags:
-            flags.append(name)
-
+    chain = _ChainCheck(premises, goal, max_cited, timeout_ms, t0 + budget_s)
     if not lines:
-        flag("no_steps")
+        chain.flag("no_steps")
     for i, line in enumerate(lines, 1):
         if i > max_steps:
-            verdicts.append(StepVerdict("failed", f"past the longest chain ({max_steps} steps)"))
-            continue
-        if time.perf_counter() - t0 > budget_s:
-            verdicts.append(StepVerdict("timeout", f"the answer's budget of {budget_s:g} s is "
-                                        f"spent"))
-            flag("unchecked_step")
-            continue
+            chain.verdicts.append(StepVerdict("failed", f"past the longest chain ({max_steps} "
+                                              f"steps)"))
+        elif time.perf_counter() - t0 > budget_s:
+            chain.verdicts.append(StepVerdict("timeout", f"the answer's budget of {budget_s:g} s "
+                                              f"is spent"))
+            chain.flag("unchecked_step")
+        else:
+            chain.verdicts.append(chain.check(i, line))
+    goal_v = chain.goal_verdict(len(lines))
+    return ChainVerdict(tuple(chain.verdicts), goal_v, tuple(chain.flags),
+                        time.perf_counter() - t0, chain.checks + chain.units.checks, chain.parsed)
+
+
+class _ChainCheck:
+    """One answer's check in progress: the task's formulas as z3 terms, the steps found valid
+    (which later steps may cite), the verdicts and flags so far, the solver calls made."""
+
+    def __init__(self, premises: list[str], goal: str, max_cited: int, timeout_ms: int,
+                 deadline: float) -> None:
+        self.z = z = Z3Terms()
+        self.sorts = task_sorts(premises, goal)
+        self.prem = [z.term(parse_formula(p, self.sorts)[0]) for p in premises]
+        self.goal_t = z.term(parse_formula(goal, self.sorts)[0])
+        self.units = Units(z, self.goal_t, timeout_ms, deadline)
+        for k, t in enumerate(self.prem, 1):
+            self.units.of[("P", k)], self.units.term[("P", k)] = frozenset({("P", k)}), t
+        self.max_cited, self.timeout_ms = max_cited, timeout_ms
+        self.valid: dict[int, object] = {}  # step number -> its z3 term
+        self.verdicts: list[StepVerdict] = []
+        self.flags: list[str] = []
+        self.checks = self.parsed = 0
+
+    def flag(self, name: str) -> None:
+        if name not in self.flags:
+            self.flags.append(name)
+
+    def check(self, i: int, line: str) -> StepVerdict:
+        """The verdict on step `i`, the line `line`; a failed step is looked at for flags."""
         try:
             step: Step = parse_step(line)
             if step.number != i:
                 raise ParseError(f"numbered {step.number}, expected {i}")
-            f, new_sorts = parse_formula(step.formula, sorts)
+            f, new_sorts = parse_formula(step.formula, self.sorts)
         except ParseError as exc:
-            verdicts.append(StepVerdict("error", f"unparsable: {exc}"))
-            flag("unchecked_step")
-            continue
-        parsed += 1
-        claim = z.term(f)
-        cited, why = [], None
+            self.flag("unchecked_step")
+            return StepVerdict("error", f"unparsable: {exc}")
+        self.parsed += 1
+        claim = self.z.term(f)
+        verdict = self._judge(i, step, f, new_sorts, claim)
+        if verdict.outcome == "failed":
+            self._flag_failure(claim, verdict.why)
+        return verdict
+
+    def _judge(self, i: int, step: Step, f: Node, new_sorts: dict[str, str], claim
+               ) -> StepVerdict:
+        """Whether step `i` is valid: what it cites exists and is valid, is few enough lines,
+        entails it, and stands for at most `max_cited` units. A valid step is kept."""
+        cited, why = self._citations(i, step)
+        if why is None and len(step.cites) > self.max_cited:
+            why = f"cites {len(step.cites)} lines; a step may cite at most {self.max_cited}"
+        if why is not None:
+            return StepVerdict("failed", why)
+        self.checks += 1
+        got = self.z.decide(cited, claim, self.timeout_ms)
+        if got == "unknown":
+            self.flag("unchecked_step")
+            return StepVerdict("timeout", f"the solver could not decide it in {self.timeout_ms} ms")
+        if got != "yes":
+            return StepVerdict("failed", "not entailed by what it cites")
+        try:
+            verdict, bad = account(self.units, i, f, claim, step, self.max_cited)
+        except Undecided as exc:
+            if exc.gave_up:
+                _LOCAL.ctx = None  # the next answer gets a fresh context (decide())
+            self.flag("unchecked_step")
+            return StepVerdict(exc.outcome, f"unchecked: {exc}")
+        if bad is not None:
+            self.flag(bad)
+            return StepVerdict("failed", verdict)
+        self.valid[i] = claim
+        self.sorts = new_sorts
+        return StepVerdict("passed", verdict)
+
+    def _citations(self, i: int, step: Step) -> tuple[list, str | None]:
+        """The terms step `i` cites, and why it cannot use them (None when it can)."""
+        cited = []
         for kind, k in step.cites:
-            if kind == "P" and 1 <= k <= len(premises):
-                cited.append(prem[k - 1])
+            if kind == "P" and 1 <= k <= len(self.prem):
+                cited.append(self.prem[k - 1])
             elif kind == "S" and 1 <= k < i:
-                if k not in valid:
-                    why = f"builds on step {k}, which is invalid"
-                    break
-                cited.append(valid[k])
+                if k not in self.valid:
+                    return cited, f"builds on step {k}, which is invalid"
+                cited.append(self.valid[k])
             else:
-                why = f"cites {'P' if kind == 'P' else ''}{k}, which is not " + (
+                self.flag("unknown_citation")
+                return cited, f"cites {'P' if kind == 'P' else ''}{k}, which is not " + (
                     "a premise" if kind == "P" else "an earlier step")
-                flag("unknown_citation")
-                break
-        if why is None and len(step.cites) > max_cited:
-            why = f"cites {len(step.cites)} lines; a step may cite at most {max_cited}"
-        if why is None:
-            checks += 1
-            got = z.decide(cited, claim, timeout_ms)
-            if got == "yes":
-                try:
-                    verdict, bad = account(units, i, f, claim, step, max_cited)
-                except Undecided as exc:
-                    if exc.gave_up:
-                        _LOCAL.ctx = None  # the next answer gets a fresh context (decide())
-                    verdicts.append(StepVerdict(exc.outcome, f"unchecked: {exc}"))
-                    flag("unchecked_step")
-                    continue
-                if bad is None:
-                    valid[i] = claim
-                    sorts = new_sorts
-                    verdicts.append(StepVerdict("passed", verdict))
-                    continue
-                why = verdict
-                flag(bad)
-            elif got == "unknown":
-                verdicts.append(StepVerdict("timeout", f"the solver could not decide it in "
-                                            f"{timeout_ms} ms"))
-                flag("unchecked_step")
-                continue
-            else:
-                why = "not entailed by what it cites"
-        verdicts.append(StepVerdict("failed", why))
+        return cited, None
+
+    def _flag_failure(self, claim, why: str) -> None:
         # An invalid contradiction is flagged however it failed; an invalid goal when it fails
         # by its own inference (the goal citing every premise fails the citation bound), not
         # when it only builds on an earlier invalid step: that error lies earlier.
-        checks += 1
-        if z.decide([claim], z3.BoolVal(False, z.ctx), timeout_ms) == "yes":
-            flag("contradiction")
+        self.checks += 1
+        if self.z.decide([claim], z3.BoolVal(False, self.z.ctx), self.timeout_ms) == "yes":
+            self.flag("contradiction")
         if not why.startswith("builds on"):
-            checks += 1
-            if z.decide([], claim == goal_t, timeout_ms) == "yes":
-                flag("restated_goal")
-    goal_v = StepVerdict("failed", "no steps")
-    if lines:
-        last = len(lines)
-        if last not in valid:
-            goal_v = StepVerdict("failed", "the last step is invalid")
-        else:
-            checks += 1
-            same = z.decide([], valid[last] == goal_t, timeout_ms)
-            goal_v = StepVerdict("passed", "the last step is the goal") if same == "yes" else \
-                StepVerdict("failed", "the last step is not the goal")
-    return ChainVerdict(tuple(verdicts), goal_v, tuple(flags), time.perf_counter() - t0,
-                        checks + units.checks, parsed)
+            self.checks += 1
+            if self.z.decide([], claim == self.goal_t, self.timeout_ms) == "yes":
+                self.flag("restated_goal")
+
+    def goal_verdict(self, last: int) -> StepVerdict:
+        """Whether the last step, number `last`, is valid and equivalent to the goal."""
+        if not last:
+            return StepVerdict("failed", "no steps")
+        if last not in self.valid:
+            return StepVerdict("failed", "the last step is invalid")
+        self.checks += 1
+        same = self.z.decide([], self.valid[last] == self.goal_t, self.timeout_ms)
+        return StepVerdict("passed", "the last step is the goal") if same == "yes" else \
+            StepVerdict("failed", "the last step is not the goal")

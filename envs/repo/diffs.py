@@ -66,43 +66,49 @@ def apply_diff(tree: dict[str, bytes], diff: str) -> dict[str, bytes | None]:
         if src == "/dev/null":
             cur = None
         old = cur.decode("utf-8", "replace").splitlines(keepends=True) if cur is not None else []
-        new: list[str] = []
-        pos = 0
-        i += 2
-        while i < len(lines) and lines[i].startswith("@@"):
-            m = _HUNK.match(lines[i])
-            if not m:
-                raise PatchError(f"{path}: line {i + 1}: bad hunk header {lines[i].strip()!r}")
-            start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
-            if start < pos:
-                raise PatchError(f"{path}: hunk {lines[i].strip()!r} overlaps the one before")
-            new += old[pos:start]
-            pos = start
-            i += 1
-            # the header's counts bound the hunk ('--- ' of the next file starts with '-' too)
-            n_old = int(m.group(2)) if m.group(2) is not None else 1
-            n_new = int(m.group(4)) if m.group(4) is not None else 1
-            while i < len(lines) and (n_old > 0 or n_new > 0 or lines[i].startswith("\\")) \
-                    and lines[i][:1] in (" ", "-", "+", "\\"):
-                tag, text = lines[i][:1], lines[i][1:]
-                n_old -= tag in (" ", "-")
-                n_new -= tag in (" ", "+")
-                nl_missing = i + 1 < len(lines) and lines[i + 1].startswith("\\")
-                if nl_missing:
-                    text = text.rstrip("\n")
-                if tag == "\\":
-                    i += 1
-                    continue
-                if tag in (" ", "-"):
-                    if pos >= len(old) or old[pos] != text:
-                        raise PatchError(f"{path}: the hunk at line {start + 1} does not match "
-                                         f"line {pos + 1} ({text.rstrip()[:60]!r})")
-                    pos += 1
-                if tag in (" ", "+"):
-                    new.append(text)
-                i += 1
-        new += old[pos:]
+        new, i = _patched(lines, i + 2, old, path)
         out[path] = None if dst == "/dev/null" else "".join(new).encode()
     if not out and diff.strip():
         raise PatchError("no file header ('--- a/PATH' / '+++ b/PATH') found")
     return out
+
+
+def _patched(lines: list[str], i: int, old: list[str], path: str) -> tuple[list[str], int]:
+    """`old` (one file's lines) with the hunks that start at `lines[i]` applied, and the index
+    of the first line after them. Raises PatchError when a hunk does not match."""
+    new: list[str] = []
+    pos = 0
+    while i < len(lines) and lines[i].startswith("@@"):
+        m = _HUNK.match(lines[i])
+        if not m:
+            raise PatchError(f"{path}: line {i + 1}: bad hunk header {lines[i].strip()!r}")
+        start = int(m.group(1)) - (0 if m.group(2) == "0" else 1)
+        if start < pos:
+            raise PatchError(f"{path}: hunk {lines[i].strip()!r} overlaps the one before")
+        new += old[pos:start]
+        pos = start
+        i += 1
+        # the header's counts bound the hunk ('--- ' of the next file starts with '-' too)
+        n_old = int(m.group(2)) if m.group(2) is not None else 1
+        n_new = int(m.group(4)) if m.group(4) is not None else 1
+        while i < len(lines) and (n_old > 0 or n_new > 0 or lines[i].startswith("\\")) \
+                and lines[i][:1] in (" ", "-", "+", "\\"):
+            tag, text = lines[i][:1], lines[i][1:]
+            n_old -= tag in (" ", "-")
+            n_new -= tag in (" ", "+")
+            nl_missing = i + 1 < len(lines) and lines[i + 1].startswith("\\")
+            if nl_missing:
+                text = text.rstrip("\n")
+            if tag == "\\":
+                i += 1
+                continue
+            if tag in (" ", "-"):
+                if pos >= len(old) or old[pos] != text:
+                    raise PatchError(f"{path}: the hunk at line {start + 1} does not match "
+                                     f"line {pos + 1} ({text.rstrip()[:60]!r})")
+                pos += 1
+            if tag in (" ", "+"):
+                new.append(text)
+            i += 1
+    new += old[pos:]
+    return new, i

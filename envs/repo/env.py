@@ -297,88 +297,115 @@ class RepoEnv(Environment):
         view = apply_overlay(tree, files)
         kind = a[0]
         if kind == "ls":
-            d = a[1].strip("/").rstrip("/")
-            d = "" if d in ("", ".") else d + "/"
-            names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
-                            for p in view if p.startswith(d)})
-            return (f"$ ls {d or '.'}\n" + ("\n".join(names) if names else "(nothing there)"),
-                    outcome("ran") if names else outcome("failed", "nothing there"))
+            return _ls(view, a[1])
         if kind == "read":
-            path, start, end = a[1], a[2] or 1, a[3] or (a[2] or 1) + 199
-            if path not in view:
-                return _failed(f"read {path}: no such file")
-            lines = view[path].decode("utf-8", "replace").splitlines()
-            body = "\n".join(f"{i:5d} {lines[i - 1]}" for i in range(start, min(end, len(lines)) + 1))
-            return (f"$ read {path} {start}-{min(end, len(lines))} of {len(lines)}\n{body}",
-                    outcome("ran"))
+            return _read(view, a[1], a[2], a[3])
         if kind == "search":
-            try:
-                rx = re.compile(a[1])
-            except re.error as exc:
-                return _failed(f"search: bad pattern {a[1]!r}: {exc}")
-            d = a[2].strip("/")
-            hits = []
-            for p, data in view.items():
-                if (not d or d == "." or p.startswith(d + "/") or p == d) and p.endswith(
-                        (".py", ".txt", ".rst", ".cfg", ".toml", ".md")):
-                    for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-                        if rx.search(line):
-                            hits.append(f"{p}:{i}: {line.strip()[:160]}")
-            return (f"$ search {a[1]!r}\n" + ("\n".join(hits[:60]) or "(no match)") + (
-                f"\n... {len(hits) - 60} more" if len(hits) > 60 else ""), outcome("ran"))
+            return _search(view, a[1], a[2])
         if kind in ("edit", "write"):
-            path = a[1]
-            if kind == "write":
-                new = a[2]
-            else:
-                if path not in view:
-                    return _failed(f"edit {path}: no such file (use <write> to make one)")
-                new = view[path].decode("utf-8", "replace")
-                blocks = _BLOCK.findall(a[2])
-                if not blocks:
-                    return _failed(f"edit {path}: no <<<<<<< SEARCH ... ======= ... >>>>>>> "
-                                   "REPLACE block")
-                for old, rep in blocks:
-                    n = new.count(old) if old else 0
-                    if n != 1:
-                        return _failed(f"edit {path}: a SEARCH block matches {n} times (it must "
-                                       f"match exactly once; nothing was changed): {old[:80]!r}")
-                    new = new.replace(old, rep, 1)
-            data = new.encode()
-            if len(data) > _MAX_FILE_BYTES:
-                return _failed(f"{kind} {path}: refused, over {_MAX_FILE_BYTES} bytes")
-            files[path] = data
-            note = " (a test file: edits to tests are dropped at grading)" if is_test_path(path) else ""
-            return f"{kind} {path}: ok ({len(data)} bytes){note}", outcome("ran")
-        # run
-        argv = a[1]
-        if left <= 0:
-            return (f"$ {' '.join(argv)}: skipped, the episode's time budget is spent",
-                    outcome("not_run", "the episode's time budget is spent"))
-        from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
-        from envs.repo.source import pristine_base  # noqa: PLC0415
+            return _edit(view, files, kind, a[1], a[2])
+        return _run_command(a[1], task, files, ctx, left, info)
 
-        # the root on sys.path as the grader has it (its root conftest.py puts it there): a
-        # package whose tests folder has no __init__.py imports otherwise only when installed
-        cmd = (["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
-                "--rootdir=.", "-o", "pythonpath=.", "--tb=short", *argv[1:]]
-               if argv[0] == "pytest" else ["python", *argv[1:]])
-        limits = replace(ctx.limits, timeout_s=min(max(ctx.limits.timeout_s, 30.0), max(left, 0.1)),
-                         memory_mb=max(ctx.limits.memory_mb, 1024))
-        # only the episode's own files are written; the rest of the tree is the extracted
-        # sdist, shown read-only in place where the backend can (never a copy per command)
-        p = task.payload
-        mine = {k: v for k, v in files.items() if v is not None}
-        res = layer_sandbox(ctx.sandbox.name).run(
-            mine, cmd, limits, base=pristine_base(p["repo"], p["sdist_sha256"], files))
-        if res.infra_error:
-            info["infra_error"] = True
-            return (f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): "
-                    f"{res.error}", outcome("not_run", f"infra error: {res.error}"))
-        passed, total = _pytest_counts(res.stdout) if argv[0] == "pytest" else (None, None)
-        return _describe(f"$ {shlex.join(argv)}", res), outcome(
-            "ran" if res.status == "ok" else "failed", "" if res.status == "ok" else
-            f"{res.status} (exit {res.exit_code})", passed, total)
+
+def _ls(view: dict[str, bytes], folder: str) -> tuple[str, dict]:
+    """The entries of `folder` (a subfolder's name ends with `/`)."""
+    d = folder.strip("/").rstrip("/")
+    d = "" if d in ("", ".") else d + "/"
+    names = sorted({p[len(d):].split("/")[0] + ("/" if "/" in p[len(d):] else "")
+                    for p in view if p.startswith(d)})
+    return (f"$ ls {d or '.'}\n" + ("\n".join(names) if names else "(nothing there)"),
+            outcome("ran") if names else outcome("failed", "nothing there"))
+
+
+def _read(view: dict[str, bytes], path: str, first: int | None, last: int | None
+          ) -> tuple[str, dict]:
+    """Lines `first` to `last` of a file, numbered (200 lines from `first` by default)."""
+    start, end = first or 1, last or (first or 1) + 199
+    if path not in view:
+        return _failed(f"read {path}: no such file")
+    lines = view[path].decode("utf-8", "replace").splitlines()
+    body = "\n".join(f"{i:5d} {lines[i - 1]}" for i in range(start, min(end, len(lines)) + 1))
+    return (f"$ read {path} {start}-{min(end, len(lines))} of {len(lines)}\n{body}",
+            outcome("ran"))
+
+
+def _search(view: dict[str, bytes], pattern: str, folder: str) -> tuple[str, dict]:
+    """The lines of the text files under `folder` that `pattern` matches (60 shown)."""
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        return _failed(f"search: bad pattern {pattern!r}: {exc}")
+    d = folder.strip("/")
+    hits = []
+    for p, data in view.items():
+        if (not d or d == "." or p.startswith(d + "/") or p == d) and p.endswith(
+                (".py", ".txt", ".rst", ".cfg", ".toml", ".md")):
+            for i, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if rx.search(line):
+                    hits.append(f"{p}:{i}: {line.strip()[:160]}")
+    return (f"$ search {pattern!r}\n" + ("\n".join(hits[:60]) or "(no match)") + (
+        f"\n... {len(hits) - 60} more" if len(hits) > 60 else ""), outcome("ran"))
+
+
+def _edit(view: dict[str, bytes], files: dict, kind: str, path: str, text: str
+          ) -> tuple[str, dict]:
+    """`write`: `text` is the file; `edit`: `text` holds SEARCH/REPLACE blocks, each of which
+    must match the file exactly once. The episode's `files` take the result."""
+    if kind == "write":
+        new = text
+    else:
+        if path not in view:
+            return _failed(f"edit {path}: no such file (use <write> to make one)")
+        new = view[path].decode("utf-8", "replace")
+        blocks = _BLOCK.findall(text)
+        if not blocks:
+            return _failed(f"edit {path}: no <<<<<<< SEARCH ... ======= ... >>>>>>> "
+                           "REPLACE block")
+        for old, rep in blocks:
+            n = new.count(old) if old else 0
+            if n != 1:
+                return _failed(f"edit {path}: a SEARCH block matches {n} times (it must "
+                               f"match exactly once; nothing was changed): {old[:80]!r}")
+            new = new.replace(old, rep, 1)
+    data = new.encode()
+    if len(data) > _MAX_FILE_BYTES:
+        return _failed(f"{kind} {path}: refused, over {_MAX_FILE_BYTES} bytes")
+    files[path] = data
+    note = " (a test file: edits to tests are dropped at grading)" if is_test_path(path) else ""
+    return f"{kind} {path}: ok ({len(data)} bytes){note}", outcome("ran")
+
+
+def _run_command(argv: tuple[str, ...], task: Task, files: dict, ctx: StepContext, left: float,
+                 info: dict) -> tuple[str, dict]:
+    """`pytest ...` or `python ...` in the sandbox, over the episode's files on the pristine
+    tree, within what is left of the episode's time budget."""
+    if left <= 0:
+        return (f"$ {' '.join(argv)}: skipped, the episode's time budget is spent",
+                outcome("not_run", "the episode's time budget is spent"))
+    from envs.repo.sandboxes import layer_sandbox  # noqa: PLC0415
+    from envs.repo.source import pristine_base  # noqa: PLC0415
+
+    # the root on sys.path as the grader has it (its root conftest.py puts it there): a
+    # package whose tests folder has no __init__.py imports otherwise only when installed
+    cmd = (["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "--color=no",
+            "--rootdir=.", "-o", "pythonpath=.", "--tb=short", *argv[1:]]
+           if argv[0] == "pytest" else ["python", *argv[1:]])
+    limits = replace(ctx.limits, timeout_s=min(max(ctx.limits.timeout_s, 30.0), max(left, 0.1)),
+                     memory_mb=max(ctx.limits.memory_mb, 1024))
+    # only the episode's own files are written; the rest of the tree is the extracted
+    # sdist, shown read-only in place where the backend can (never a copy per command)
+    p = task.payload
+    mine = {k: v for k, v in files.items() if v is not None}
+    res = layer_sandbox(ctx.sandbox.name).run(
+        mine, cmd, limits, base=pristine_base(p["repo"], p["sdist_sha256"], files))
+    if res.infra_error:
+        info["infra_error"] = True
+        return (f"$ {shlex.join(argv)}: the sandbox failed to start (not your fault): "
+                f"{res.error}", outcome("not_run", f"infra error: {res.error}"))
+    passed, total = _pytest_counts(res.stdout) if argv[0] == "pytest" else (None, None)
+    return _describe(f"$ {shlex.join(argv)}", res), outcome(
+        "ran" if res.status == "ok" else "failed", "" if res.status == "ok" else
+        f"{res.status} (exit {res.exit_code})", passed, total)
 
 
 def _failed(text: str) -> tuple[str, dict]:
