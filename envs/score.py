@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from typing import Sequence
+from typing import Callable, Sequence
 
 from envs.base import Environment, EnvError, StepContext
 from envs.registry import env_for_task
@@ -36,9 +36,13 @@ def env_of(task: Task) -> Environment:
 
 
 def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limits,
-                     cfg: RewardConfig, workers: int = 4, batch_size: int | None = None
-                     ) -> list[SampleResult]:
+                     cfg: RewardConfig, workers: int = 4, batch_size: int | None = None,
+                     env_for: Callable[[Task], Environment] = env_of) -> list[SampleResult]:
     """Score every (task, completion), `workers` sandbox runs at a time, in input order.
+
+    `env_for` gives the environment that grades a task: by default its kind with default
+    options (`env_of`); a caller that knows the task's source passes the source's environment,
+    whose options a kind may need to grade at all (openenv's server).
 
     The samples of a kind that grades in batches (`Environment.verify_in_batches`: humaneval)
     go several to a sandbox run (each still in its own process inside it): `batch_size` each,
@@ -48,7 +52,7 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
     background at once (the kind's `warm`), and the static checks run here while the workers
     wait on their sandboxes.
     """
-    envs = [env_of(t) for t, _ in samples]
+    envs = [env_for(t) for t, _ in samples]
     by_kind: dict[str, list[int]] = {}
     for i, env in enumerate(envs):
         if env.verify_in_batches:
@@ -65,7 +69,7 @@ def evaluate_samples(samples: Sequence[tuple[Task, str]], sandbox: Sandbox, limi
 
     def one(i: int) -> None:
         task, completion = samples[i]
-        bd, rep = score(task, completion, sandbox, limits, cfg)
+        bd, rep = envs[i].grade(task, completion, StepContext(sandbox, limits, cfg))
         out[i] = SampleResult(task.task_id, bd, rep)
 
     def run(job: list[int]) -> None:

@@ -74,9 +74,11 @@ def _register_samples_mode(s) -> None:
                    help="the kind whose own tasks the samples answer (e.g. humaneval, io; see "
                    "`rollforge envs`)")
     s.add_argument("--options", default=None, metavar="JSON",
-                   help="the kind's options as a JSON object (which tasks it generates)")
+                   help="the kind's options as a JSON object (which tasks it generates, and how "
+                   "it grades them: e.g. openenv's server)")
     s.add_argument("--tasks", default=None, metavar="FILE",
-                   help="a task file (.jsonl or .parquet) whose tasks the samples answer")
+                   help="a task file (.jsonl or .parquet) whose tasks the samples answer; with "
+                   "--kind, that kind (with --options) grades them, as a run's source plays one")
     s.add_argument("--backend", choices=("process", "docker"), default="process",
                    help="sandbox backend (default: %(default)s)")
     s.add_argument("--workers", type=int, default=os.cpu_count() or 2,
@@ -205,25 +207,52 @@ def write_jsonl_atomic(path: str, rows: list[dict]) -> None:
             os.remove(tmp)
 
 
-def tasks_by_id(kind: str | None = "humaneval", options: str | None = None,
-                tasks_file: str | None = None) -> dict:
-    """The tasks samples may answer, by id: a task file's, or a kind's own."""
-    from envs.base import EnvError
-    from envs.sources import SourceConfig, load_source
+def source_of(kind: str | None = "humaneval", options: str | None = None,
+              tasks_file: str | None = None):
+    """The source the samples answer (envs/sources.py): a kind's own tasks with `options`, a
+    task file's (each graded by its own kind), or a task file played by `kind` with `options`
+    (as a run's source plays one)."""
+    from envs.sources import SourceConfig
     from flows.cli import UsageError
 
-    if (kind is None) == (tasks_file is None):
+    if kind is None and tasks_file is None:
         raise UsageError("give the tasks the samples answer: --suite KIND or --tasks FILE")
     try:
         opts = json.loads(options) if options else {}
     except ValueError as exc:
         raise UsageError(f"--options: not valid JSON ({exc})") from None
     try:
-        src = (SourceConfig(file=tasks_file) if tasks_file
-               else SourceConfig(kind=kind, options=opts))
-        return {t.task_id: t for t in load_source(src)}
+        return SourceConfig(file=tasks_file, kind=kind, options=opts)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def tasks_by_id(kind: str | None = "humaneval", options: str | None = None,
+                tasks_file: str | None = None) -> dict:
+    """The tasks samples may answer, by id: a task file's, or a kind's own."""
+    from envs.base import EnvError
+    from envs.sources import load_source
+    from flows.cli import UsageError
+
+    try:
+        return {t.task_id: t for t in load_source(source_of(kind, options, tasks_file))}
     except (EnvError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+
+
+def grader_of(kind: str | None, options: str | None, tasks_file: str | None):
+    """task -> the environment that grades it: the source's own, with the options the tasks
+    were made with (a kind may need them to grade at all: openenv's server), else the task's
+    kind with default options (a task file's records, which never name a server)."""
+    from envs.base import EnvError
+    from envs.score import env_of
+    from flows.cli import UsageError
+
+    try:
+        env = source_of(kind, options, tasks_file).environment()
+    except EnvError as exc:
+        raise UsageError(str(exc)) from None
+    return (lambda _task: env) if env is not None else env_of
 
 
 def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
@@ -238,7 +267,6 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
     from envs.score import evaluate_samples
     from rewards.evaluate import pass_at_ks
     from sandbox.config import SandboxConfig
-    from envs.registry import env_for_task
     from sandbox.registry import make_sandbox
 
     if workers < 1:
@@ -247,7 +275,8 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
         raise UsageError(f"--batch-size {batch_size}: expected at least 1")
     tasks = tasks_by_id(kind, options, tasks_file)
     samples = read_samples(samples_path, set(tasks))
-    site = any(env_for_task(tasks[s["task_id"]]).site_packages for s in samples)
+    grader = grader_of(kind, options, tasks_file)
+    site = any(grader(tasks[s["task_id"]]).site_packages for s in samples)
     try:
         sbx_cfg = SandboxConfig(backend=backend, timeout_s=timeout_s, fork_server=fork_server,
                                 site_packages=site)
@@ -257,7 +286,7 @@ def evaluate_file(samples_path: str, backend: str = "process", workers: int = 2,
     sandbox = make_sandbox(sbx_cfg)
     try:
         results = evaluate_samples([(tasks[s["task_id"]], s["completion"]) for s in samples],
-                                   sandbox, sbx_cfg.limits(), cfg, workers, batch_size)
+                                   sandbox, sbx_cfg.limits(), cfg, workers, batch_size, grader)
     finally:
         sandbox.close()
     out_path = samples_path + "_results.jsonl"
@@ -307,7 +336,7 @@ def sample_rows(samples: list[dict], results: list, tasks: dict) -> list[dict]:
 def run_samples_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
     from flows.eval_stats import format_table, summarize
 
-    kind = None if args.tasks and not args.kind else (args.kind or "humaneval")
+    kind = args.kind or (None if args.tasks else "humaneval")
     pass_k, results, out_path = evaluate_file(args.samples, args.backend, args.workers,
                                               args.timeout, args.per_test_timeout, ks,
                                               args.batch_size, not args.no_fork_server,

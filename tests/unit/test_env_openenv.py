@@ -181,6 +181,31 @@ def test_action_formats_the_environment_does_not_take_are_named(guess):
         assert play(as_json, tasks[0], [right]).info["grade"].reward == 1.0
 
 
+def test_eval_samples_grades_with_the_options_the_tasks_were_made_with(guess, tmp_path):
+    """`rollforge eval --samples --kind openenv --options ...`: the source's options name the
+    server, so its samples are scored (by default options they would name none)."""
+    import json
+
+    from flows.cli_eval import evaluate_file
+    from tasks.files import save_tasks
+
+    _, tasks = guess
+    samples = tmp_path / "samples.jsonl"
+    lines = [{"task_id": t.task_id, "completion": str(target(seed_of(t)))} for t in tasks]
+    lines.append({"task_id": tasks[0].task_id, "completion": str(target(0) % 10 + 1)})
+    samples.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    opts = json.dumps({**APP, "seeds": [0, 1, 2], "max_turns": 3})
+    _, results, _ = evaluate_file(str(samples), workers=2, ks=(1,), kind="openenv",
+                                  options=opts)
+    assert [r.breakdown.reward for r in results] == [1.0, 1.0, 1.0, 0.0]
+    assert not any(r.breakdown.infra_error for r in results)
+    # a task file of the kind's tasks, played by the kind with those options (`--tasks --kind`)
+    task_file = save_tasks(tasks, tmp_path / "tasks.jsonl")
+    _, results, _ = evaluate_file(str(samples), workers=2, ks=(1,), kind="openenv",
+                                  options=opts, tasks_file=str(task_file))
+    assert [r.breakdown.reward for r in results] == [1.0, 1.0, 1.0, 0.0]
+
+
 def test_no_server_named_is_refused_by_name_and_hacks_need_none():
     with pytest.raises(EnvError, match="name no server"):
         make_env("openenv", {"seeds": [0]}).generate()
