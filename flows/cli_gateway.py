@@ -1,7 +1,10 @@
 """`rollforge gateway [--config FILE] [--set K=V] [--version latest|N] [--host H] [--port P]
-[--chat-template FILE] [--records DIR]`: an OpenAI-compatible endpoint in front of a run's
-policy (gateway/README.md). With `--rows EPISODE|all` it serves nothing: it prints the
-recorded episode's trajectory rows as JSON lines (gateway/rows.py) and exits. The key comes
+[--chat-template FILE] [--records DIR] [--episodes]`: an OpenAI-compatible endpoint in front of
+a run's policy (gateway/README.md); with `--episodes` it also serves the run's training tasks as
+episodes that any client plays and the kinds' graders score into the store (gateway/play.py).
+With `--rows EPISODE|all` it serves nothing: it prints the recorded episode's trajectory rows
+as JSON lines (gateway/rows.py) and exits; with `--train` it updates the policy from the served
+version on the graded episodes' rows (gateway/train.py) and exits. The key comes
 from ROLLFORGE_GATEWAY_KEY or --key-file, never from the command line (where `ps` would show
 it)."""
 from __future__ import annotations
@@ -33,6 +36,13 @@ def register(subparsers) -> None:
     p.add_argument("--rows", metavar="EPISODE", default=None,
                    help="print this recorded episode's (or `all` episodes') trajectory rows as "
                         "JSON lines and exit")
+    p.add_argument("--episodes", action="store_true",
+                   help="also serve the run's training tasks as episodes: POST "
+                        "/v1/rollforge/episodes, then .../episodes/ID/step (graded rows go to "
+                        "<out_dir>/<run_id>-gateway)")
+    p.add_argument("--train", action="store_true",
+                   help="update the policy at --version on the graded episodes it sampled, "
+                        "publish the next version, and exit")
     p.set_defaults(func=_run)
 
 
@@ -62,12 +72,13 @@ def _run(args: argparse.Namespace) -> int:
     from flows.cli import UsageError
     from flows.config import ConfigError, load_config
 
-    key = _key(args) if args.rows is None else ""
+    serving = args.rows is None and not args.train
+    key = _key(args) if serving else ""
     try:
         cfg = load_config(args.config, args.overrides)
         from flows.sampler import preflight
 
-        if args.rows is None:
+        if serving:
             preflight(cfg)
     except (ConfigError, EngineError) as exc:
         raise UsageError(str(exc)) from None
@@ -82,6 +93,8 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--version {args.version}: {exc}") from None
     if args.rows is not None:
         return _print_rows(cfg, version, args)
+    if args.train:
+        return _train(cfg, version)
     template = None
     if args.chat_template:
         try:
@@ -121,17 +134,40 @@ def _print_rows(cfg, version: int, args) -> int:
     return 0
 
 
+def _train(cfg, version: int) -> int:
+    from flows.cli import UsageError
+    from gateway.train import train_on_gateway
+
+    try:
+        metrics = train_on_gateway(cfg, version)
+    except ValueError as exc:
+        raise UsageError(f"--train: {exc}") from None
+    print(f"rollforge gateway --train: v{version} -> v{version + 1} on "
+          f"{metrics['gateway/samples']} rows ({metrics['gateway/informative']} with a non-zero "
+          f"advantage); loss {metrics.get('train/loss', float('nan')):.4f}", flush=True)
+    return 0
+
+
 def _serve(cfg, version: int, key: str, template: str | None, args) -> int:
     import uvicorn
 
     from flows.sampler import close_engines
     from gateway.app import Gateway
+    from flows.cli import UsageError
     from gateway.server import bind, make_app
 
-    gw = Gateway(cfg, version, key, _records(cfg, args), template)
-    records = gw.records.root
-    from flows.cli import UsageError
+    records = _records(cfg, args)
+    play = None
+    if args.episodes:
+        from flows.sampler import policy_tokenizer
+        from gateway.play import Episodes
 
+        try:
+            play = Episodes(cfg, version, records, policy_tokenizer(cfg.run_dir, version))
+        except ValueError as exc:
+            raise UsageError(f"--episodes: {exc}") from None
+    gw = Gateway(cfg, version, key, records, template, play)
+    records = gw.records.root
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:

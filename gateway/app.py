@@ -10,6 +10,7 @@ import hmac
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 
@@ -32,6 +33,7 @@ class Gateway:
     key: str
     records: EpisodeLog
     chat_template: str | None = None  # used when the policy's tokenizer has none
+    play: Any = None  # gateway/play.py Episodes: the run's tasks as episodes (None: not served)
 
     def __post_init__(self):
         if not self.key:
@@ -61,6 +63,14 @@ class Gateway:
                                    f"{' or '.join(map(repr, self.models))}", "model_not_found",
                                    "model")
         return model
+
+    def episodes(self):
+        """The run's tasks as episodes (gateway/play.py), or a named 404 when not served."""
+        if self.play is None:
+            raise api.GatewayError(404, "this gateway serves no episodes of the run's tasks "
+                                   "(start it with `rollforge gateway --episodes`)",
+                                   "episodes_not_served")
+        return self.play
 
     @staticmethod
     def episode_of(request: Request) -> str:

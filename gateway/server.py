@@ -40,6 +40,16 @@ def _chunks(resp: dict, chat: bool, include_usage: bool):
     yield "data: [DONE]\n\n"
 
 
+async def _body(request: Request) -> dict:
+    try:
+        body = json.loads(await request.body())
+    except ValueError as exc:
+        raise api.GatewayError(400, f"the body is not JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise api.GatewayError(400, "the body must be a JSON object", "invalid_json")
+    return body
+
+
 def make_app(gw: Gateway) -> FastAPI:
     app = FastAPI(title="rollforge gateway", docs_url=None, redoc_url=None, openapi_url=None)
 
@@ -60,12 +70,7 @@ def make_app(gw: Gateway) -> FastAPI:
 
     async def answer(request: Request, chat: bool):
         gw.authorize(request)
-        try:
-            body = json.loads(await request.body())
-        except ValueError as exc:
-            raise api.GatewayError(400, f"the body is not JSON: {exc}", "invalid_json") from None
-        if not isinstance(body, dict):
-            raise api.GatewayError(400, "the body must be a JSON object", "invalid_json")
+        body = await _body(request)
         episode = gw.episode_of(request)
         fn = gw.chat if chat else gw.completions
         resp, turn = await anyio.to_thread.run_sync(fn, body, episode)
@@ -83,6 +88,21 @@ def make_app(gw: Gateway) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         return await answer(request, chat=True)
+
+    # The run's own tasks as episodes (gateway/play.py): open one, then step it with the
+    # client's actions; the environment's reset, step and grade run in a worker thread (a
+    # step is a sandbox run, seconds long), never on the event loop.
+    @app.post("/v1/rollforge/episodes")
+    async def open_episode(request: Request):
+        gw.authorize(request)
+        play = gw.episodes()
+        return JSONResponse(await anyio.to_thread.run_sync(play.open, await _body(request)))
+
+    @app.post("/v1/rollforge/episodes/{episode_id}/step")
+    async def step_episode(episode_id: str, request: Request):
+        gw.authorize(request)
+        play, body = gw.episodes(), await _body(request)
+        return JSONResponse(await anyio.to_thread.run_sync(play.step, episode_id, body))
 
     return app
 

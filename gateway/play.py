@@ -1,0 +1,186 @@
+"""Episodes of the run's own tasks, played by an outside client through the gateway
+(gateway/README.md "Episodes of the run's tasks").
+
+The client opens an episode (`POST /v1/rollforge/episodes`): the gateway draws one of the run's
+training tasks (its config's `tasks.sources`, each played by its source's environment, as the
+loop plays it), resets the environment and answers with the episode id and the first
+observation. The client asks the policy under that id (`X-Episode-Id`), as often as it likes, and
+sends its actions (`POST /v1/rollforge/episodes/{id}/step`); the environment steps on them in the
+sandbox, and when it says done, the kind's own grade is the episode's reward. The rows are the
+episode's recorded turns (gateway/rows.py: the ids sent and sampled, never re-tokenised) with
+that grade, written to the store beside the run (`<out_dir>/<run_id>-gateway`, iteration = the
+policy version that sampled them, one shard per episode), where gateway/train.py updates on them.
+
+What is graded is what the client sent, not what the policy sampled: an agent that edits the
+policy's text (extracts a code block, retries) is credited for the answer it submitted, and the
+policy's tokens of the episode carry that credit, as an agent framework's trainer credits them.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envs.base import Environment, breakdown_of
+from flows.config import RunConfig
+from flows.episode_exec import step_episode
+from gateway.openai_api import GatewayError
+from gateway.records import EpisodeLog
+from gateway.rows import episode_rows
+from tasks.record import Task
+
+SUFFIX = "-gateway"  # the store's run folder of the gateway's rows: <run_id>-gateway
+
+
+def store_dir(cfg: RunConfig) -> str:
+    """Where the gateway writes graded rows: a run folder beside the run's own, so the loop's
+    iterations (written whole, replacing what was there) never meet the gateway's shards."""
+    return str(Path(cfg.out_dir) / f"{cfg.run_id}{SUFFIX}")
+
+
+@dataclass
+class Open:
+    """An episode the gateway is playing: its task, environment and state."""
+
+    task: Task
+    env: Environment
+    state: Any
+    turns: int = 0  # environment steps taken
+    busy: bool = False  # a step is running (a second one at once is refused)
+    done: bool = False
+
+
+class Episodes:
+    """The run's training tasks as episodes for outside clients (module docstring)."""
+
+    def __init__(self, cfg: RunConfig, version: int, records: EpisodeLog, tok):
+        from flows.stages import env_of, task_pool  # noqa: PLC0415 - builds the run's tasks
+
+        self.cfg, self.version, self.records, self.tok = cfg, version, records, tok
+        self.tasks = {t.task_id: t for t in task_pool(cfg) if t.split == "train"}
+        if not self.tasks:
+            raise ValueError(f"run {cfg.run_id!r}: its task sources hold no training task")
+        self.env_of = env_of(cfg)
+        self._order = itertools.cycle(sorted(self.tasks))  # the next task when none is asked
+        self._open: dict[str, Open] = {}
+        self._lock = threading.Lock()
+        self.run_dir = store_dir(cfg)
+
+    # -- the two calls ---------------------------------------------------------------------
+    def open(self, body: dict) -> dict:
+        """A new episode on `body["task_id"]` (else the next training task in turn)."""
+        task_id = body.get("task_id")
+        if task_id is not None and not isinstance(task_id, str):
+            raise GatewayError(400, f"task_id={task_id!r}: expected a string", "invalid_type",
+                               "task_id")
+        with self._lock:
+            task_id = task_id if task_id is not None else next(self._order)
+        task = self.tasks.get(task_id)
+        if task is None:
+            raise GatewayError(404, f"task_id={task_id!r}: not a training task of run "
+                               f"{self.cfg.run_id!r} (e.g. {next(iter(sorted(self.tasks)))!r})",
+                               "task_not_found", "task_id")
+        env = self.env_of(task)
+        state, observation = env.reset(task)
+        episode = f"ep-{uuid.uuid4().hex[:16]}"
+        with self._lock:
+            self._open[episode] = Open(task, env, state)
+        return {"episode_id": episode, "task_id": task.task_id, "kind": env.name,
+                "source": task.source, "observation": observation,
+                "max_turns": env.max_turns}
+
+    def step(self, episode: str, body: dict) -> dict:
+        """Step the episode's environment on `body["action"]`; when it is done, the grade and
+        the rows written."""
+        action = body.get("action")
+        if not isinstance(action, str):
+            raise GatewayError(400, f"action: expected a string, got {type(action).__name__}",
+                               "invalid_action", "action")
+        ep = self._claim(episode)
+        try:  # the loop's own step: the kind's sandbox (its packages where it needs them)
+            result = step_episode(ep.env, ep.state, action, self.cfg.sandbox, self.cfg.rewards)
+        finally:
+            ep.busy = False
+        ep.state, ep.turns = result.state, ep.turns + 1
+        if not result.done:
+            return {"episode_id": episode, "done": False, "observation": result.observation}
+        ep.done = True
+        return {"episode_id": episode, "done": True,
+                **self._finish(episode, ep, {**result.info, "backend": result.backend})}
+
+    def _claim(self, episode: str) -> Open:
+        """The open episode, marked busy; a named error when it is not one to step now."""
+        with self._lock:
+            ep = self._open.get(episode)
+            if ep is None:
+                raise GatewayError(404, f"episode {episode[:80]!r}: no such episode is open at "
+                                   "this gateway (open one with POST /v1/rollforge/episodes; "
+                                   "episodes do not outlive the gateway)", "episode_not_found",
+                                   "episode_id")
+            if ep.done or ep.busy:
+                raise GatewayError(409, f"episode {episode!r} is "
+                                   f"{'finished' if ep.done else 'stepping already'}",
+                                   "episode_finished" if ep.done else "episode_busy",
+                                   "episode_id")
+            if not self.records.turns(episode):
+                raise GatewayError(409, f"episode {episode!r}: the policy was never asked under "
+                                   f"it (send `X-Episode-Id: {episode}` with the completions "
+                                   "requests of this episode); nothing to train on",
+                                   "no_policy_turns", "episode_id")
+            ep.busy = True
+            return ep
+
+    # -- rows ------------------------------------------------------------------------------
+    def _finish(self, episode: str, ep: Open, info: dict) -> dict:
+        grade = breakdown_of(info)
+        rows = [{**r, **graded_columns(ep, grade, info)}
+                for r in episode_rows(self.records.turns(episode), self.tok,
+                                      Path(self.run_dir).name, self.version, self.cfg.hash())]
+        path = self._write(rows)
+        reward = grade.reward if grade is not None else math.nan
+        return {"reward": None if math.isnan(reward) else reward,
+                "status": grade.status if grade else "not_graded",
+                "solved": bool(grade.solved) if grade and not grade.infra_error else None,
+                "test_outcomes": list(grade.test_outcomes) if grade else [],
+                "end_reason": info.get("end_reason"), "rows": len(rows), "written": path}
+
+    def _write(self, rows: list[dict]) -> str:
+        """The episode's rows as the next shard of the version's iteration (one writer: this
+        gateway's lock; two gateways on one run would need shards of their own)."""
+        from storage import trajectories  # noqa: PLC0415
+
+        with self._lock:
+            shard = max(trajectories.shards_written(self.run_dir, self.version), default=-1) + 1
+            return trajectories.write_shard(self.run_dir, self.version, shard, rows)
+
+
+def graded_columns(ep: Open, grade, info: dict) -> dict:
+    """The columns that say what the task was and how the kind graded the episode (the rest
+    of the row is the recorded tokens, gateway/rows.py). Every row of the episode (a split
+    conversation makes several) carries its grade. The GRPO group is the task, so episodes
+    of one task are compared with each other; the advantage is the update's to compute
+    (gateway/train.py), since the group fills up over time."""
+    t = ep.task
+    g = grade
+    return {
+        "task_id": t.task_id, "suite": t.suite, "family": t.family, "difficulty": t.difficulty,
+        "split": t.split, "source": t.source, "kind": ep.env.name,
+        "group_id": f"gateway:{t.task_id}",
+        "reward": g.reward if g else math.nan, "reward_components": g.components() if g else {},
+        "advantage": None,
+        "pass_fraction": g.pass_fraction if g else None,
+        "tests_passed": g.tests_passed if g else None,
+        "tests_total": g.tests_total if g else None,
+        "test_outcomes": list(g.test_outcomes) if g else [],
+        "test_names": list(g.test_names) if g else [],
+        "status": g.status if g else "not_graded", "error_type": g.error_type if g else None,
+        "hack_flags": list(g.hack_flags) if g else [],
+        "infra_error": bool(g.infra_error) if g else False,
+        "solved": (bool(g.solved) if g and not g.infra_error else None),
+        "sandbox_backend": info.get("backend"), "exec_time_s": float(info.get("seconds", 0.0)),
+        "end_reason": info.get("end_reason"),
+    }
