@@ -31,10 +31,11 @@ import secrets
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from sandbox.base import BaseTree, ExecResult, Limits, verdict
-from sandbox.capture import run_capped
+from sandbox.capture import Captured, run_capped
 from sandbox.cgroups import LAUNCH, ExecGroup
 from sandbox.probe import HostSupport, note_kill_tree, probe
 from sandbox.workspace import (SANDBOX_ENV, check_relpath, collect_files, give_to, make_workspace,
@@ -252,96 +253,133 @@ class ProcessSandbox:
             plan = self.fork_server.plan(files, self._command(argv))
             if plan is not None:
                 return self.fork_server.run(files, plan, limits, stdin, collect)
-        workdir = None
-        group = None
-        r_fd = w_fd = None
-
-        def infra(why: str, duration: float = 0.0) -> ExecResult:
-            return ExecResult("infra_error", None, "", "", duration, self.name, error=why)
-
+        held = _Held()
         try:
-            try:
-                workdir = make_workspace()
-                write_files(workdir, files)
-                over: list[str] = []
-                if base is not None and self.host.bwrap:
-                    over = _base_binds(workdir, base, files, self.mount)
-                elif base is not None:  # no mount namespace of our own: a copy
-                    names = {check_relpath(k) for k in files}
-                    write_files(workdir, base.read(skip=names))
-            except OSError as exc:
-                return infra(f"workspace: {exc}")
-            try:
-                uid = None
-                if self.host.setpriv:
-                    uid = 2_000_000 + secrets.randbelow(1_000_000_000)
-                    give_to(workdir, uid)
-                if self.host.memory_cgroup or self.host.pids_cgroup:
-                    group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
-                                      limits.pids + _LAUNCHER_PROCS if self.host.pids_cgroup
-                                      else None)
-                if self.host.bwrap:
-                    r_fd, w_fd = os.pipe()
-                cmd = self._wrap(self._command(argv), limits, workdir, uid, group, w_fd, over)
-            except OSError as exc:
-                return infra(f"sandbox setup: {exc}")
-
-            def close_w() -> None:
-                nonlocal w_fd
-                if w_fd is not None:
-                    os.close(w_fd)
-                    w_fd = None
-
-            try:
-                cap = run_capped(cmd, cwd=workdir, env=dict(SANDBOX_ENV, HOME=workdir)
-                                 if not self.host.bwrap else dict(SANDBOX_ENV),
-                                 stdin=stdin, timeout_s=limits.timeout_s,
-                                 output_bytes=limits.output_bytes,
-                                 pass_fds=(w_fd,) if w_fd is not None else (),
-                                 kill_tree=group.kill_all if group else (lambda: None),
-                                 started=close_w)
-            except OSError as exc:
-                return infra(f"sandbox start: {exc}")
-            status_lines = _read_status(r_fd) if r_fd is not None else None
-            if cap.returncode == 125 and "rollforge-launch:" in cap.stderr:
-                return infra(cap.stderr.strip()[-300:], cap.duration_s)
-            if status_lines is not None and not any("child-pid" in s for s in status_lines) \
-                    and not cap.timed_out:
-                return infra(f"bwrap could not start the sandbox: {cap.stderr.strip()[-300:]}",
-                             cap.duration_s)
-            code = cap.returncode
-            for s in status_lines or ():
-                if "exit-code" in s:
-                    code = s["exit-code"]
-            # The program ran: what fails from here on reads what it left, which it controls,
-            # so it is the execution's own result, never infra_error (nor an exception).
-            try:
-                status = verdict(timed_out=cap.timed_out,
-                                 oom=group.oom_killed() if group else False,
-                                 overflow=cap.overflow, exit_code=code, stderr=cap.stderr)
-                got = collect_files(workdir, collect, limits.output_bytes)
-                return ExecResult(got.verdict(status), code, cap.stdout, cap.stderr,
-                                  cap.duration_s, self.name,
-                                  peak_memory_mb=group.peak_mb() if group else None,
-                                  error=got.error, files=got.files)
-            except Exception as exc:  # noqa: BLE001 -- whatever it is, the program caused it
-                return ExecResult("failed", code, cap.stdout, cap.stderr, cap.duration_s,
-                                  self.name, error=f"after the run: {type(exc).__name__}: "
-                                                   f"{str(exc)[:300]}")
+            return self._run_fresh(held, files, argv, limits, stdin, collect, base)
         finally:
-            for fd in (r_fd, w_fd):
-                if fd is not None:
-                    os.close(fd)
-            if group is not None:
-                group.kill_all()
-            if workdir is not None:  # before the group goes: its tmpfs pages are charged there
-                remove_tree(workdir)
-            if group is not None:
-                group.remove()
+            held.release()
+
+    def _infra(self, why: str, duration: float = 0.0) -> ExecResult:
+        return ExecResult("infra_error", None, "", "", duration, self.name, error=why)
+
+    def _run_fresh(self, held: _Held, files: Mapping[str, str | bytes], argv: Sequence[str],
+                   limits: Limits, stdin: bytes | None, collect: Sequence[str],
+                   base: BaseTree | None) -> ExecResult:
+        """One execution as a fresh process tree. What it makes goes into `held`, which the
+        caller releases however this returns."""
+        try:
+            held.workdir = make_workspace()
+            over = self._fill_workspace(held.workdir, files, base)
+        except OSError as exc:
+            return self._infra(f"workspace: {exc}")
+        try:
+            cmd = self._launcher(held, argv, limits, over)
+        except OSError as exc:
+            return self._infra(f"sandbox setup: {exc}")
+        try:
+            cap = run_capped(cmd, cwd=held.workdir, env=dict(SANDBOX_ENV, HOME=held.workdir)
+                             if not self.host.bwrap else dict(SANDBOX_ENV),
+                             stdin=stdin, timeout_s=limits.timeout_s,
+                             output_bytes=limits.output_bytes,
+                             pass_fds=(held.w_fd,) if held.w_fd is not None else (),
+                             kill_tree=held.group.kill_all if held.group else (lambda: None),
+                             started=held.close_write_end)
+        except OSError as exc:
+            return self._infra(f"sandbox start: {exc}")
+        return self._result(cap, held, collect, limits)
+
+    def _fill_workspace(self, workdir: str, files: Mapping[str, str | bytes],
+                        base: BaseTree | None) -> list[str]:
+        """Writes `files` into the workspace and puts the base tree under them: bound in
+        read-only file by file under bubblewrap (its bind arguments are returned), else copied."""
+        write_files(workdir, files)
+        if base is not None and self.host.bwrap:
+            return _base_binds(workdir, base, files, self.mount)
+        if base is not None:  # no mount namespace of our own: a copy
+            names = {check_relpath(k) for k in files}
+            write_files(workdir, base.read(skip=names))
+        return []
+
+    def _launcher(self, held: _Held, argv: Sequence[str], limits: Limits,
+                  over: Sequence[str]) -> list[str]:
+        """The full command line of the execution, with what it runs as: an unused uid that
+        owns the workspace (as root), its own cgroups, bubblewrap's status pipe."""
+        uid = None
+        if self.host.setpriv:
+            uid = 2_000_000 + secrets.randbelow(1_000_000_000)
+            give_to(held.workdir, uid)
+        if self.host.memory_cgroup or self.host.pids_cgroup:
+            held.group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
+                                   limits.pids + _LAUNCHER_PROCS if self.host.pids_cgroup
+                                   else None)
+        if self.host.bwrap:
+            held.r_fd, held.w_fd = os.pipe()
+        return self._wrap(self._command(argv), limits, held.workdir, uid, held.group, held.w_fd,
+                          over)
+
+    def _result(self, cap: Captured, held: _Held, collect: Sequence[str],
+                limits: Limits) -> ExecResult:
+        """The record of a finished run: infra_error when the sandbox itself did not start,
+        else the program's verdict, exit code, memory peak and collected files."""
+        group = held.group
+        status_lines = _read_status(held.r_fd) if held.r_fd is not None else None
+        if cap.returncode == 125 and "rollforge-launch:" in cap.stderr:
+            return self._infra(cap.stderr.strip()[-300:], cap.duration_s)
+        if status_lines is not None and not any("child-pid" in s for s in status_lines) \
+                and not cap.timed_out:
+            return self._infra(f"bwrap could not start the sandbox: {cap.stderr.strip()[-300:]}",
+                               cap.duration_s)
+        code = cap.returncode
+        for s in status_lines or ():
+            if "exit-code" in s:
+                code = s["exit-code"]
+        # The program ran: what fails from here on reads what it left, which it controls,
+        # so it is the execution's own result, never infra_error (nor an exception).
+        try:
+            status = verdict(timed_out=cap.timed_out,
+                             oom=group.oom_killed() if group else False,
+                             overflow=cap.overflow, exit_code=code, stderr=cap.stderr)
+            got = collect_files(held.workdir, collect, limits.output_bytes)
+            return ExecResult(got.verdict(status), code, cap.stdout, cap.stderr,
+                              cap.duration_s, self.name,
+                              peak_memory_mb=group.peak_mb() if group else None,
+                              error=got.error, files=got.files)
+        except Exception as exc:  # noqa: BLE001 -- whatever it is, the program caused it
+            return ExecResult("failed", code, cap.stdout, cap.stderr, cap.duration_s,
+                              self.name, error=f"after the run: {type(exc).__name__}: "
+                                               f"{str(exc)[:300]}")
 
     def close(self) -> None:
         if self.fork_server is not None:
             self.fork_server.close()
+
+
+@dataclass
+class _Held:
+    """What one fresh execution holds until it is over: its workspace, its cgroups and the pipe
+    bubblewrap writes its status lines to."""
+
+    workdir: str | None = None
+    group: ExecGroup | None = None
+    r_fd: int | None = None
+    w_fd: int | None = None
+
+    def close_write_end(self) -> None:
+        """Once the launcher is started it holds the write end; ours goes."""
+        if self.w_fd is not None:
+            os.close(self.w_fd)
+            self.w_fd = None
+
+    def release(self) -> None:
+        for fd in (self.r_fd, self.w_fd):
+            if fd is not None:
+                os.close(fd)
+        if self.group is not None:
+            self.group.kill_all()
+        if self.workdir is not None:  # before the group goes: its tmpfs pages are charged there
+            remove_tree(self.workdir)
+        if self.group is not None:
+            self.group.remove()
 
 
 def _base_binds(workdir: str, base: BaseTree, files: Mapping[str, object],

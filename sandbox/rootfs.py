@@ -347,18 +347,7 @@ class System:
             if self.host.memory_cgroup or self.host.pids_cgroup:
                 group = ExecGroup(limits.memory_mb if self.host.memory_cgroup else None,
                                   limits.pids + 4 if self.host.pids_cgroup else None)
-            cmd = self._command(w_fd)
-            if self.host.prlimit:
-                rl = [self.host.prlimit, f"--fsize={limits.file_size_mb << 20}", "--core=0",
-                      "--nofile=256"]
-                if not self.host.memory_cgroup:
-                    rl.append(f"--as={limits.memory_mb << 20}")
-                if not self.host.pids_cgroup:
-                    rl.append(f"--nproc={limits.pids}")
-                cmd = rl + ["--", *cmd]
-            if group is not None:
-                cmd = ["/bin/sh", "-c", LAUNCH, "rollforge-launch", *group.procs_files(), "--",
-                       *cmd]
+            cmd = self._launch_command(w_fd, limits, group)
         except OSError as exc:
             if group is not None:
                 group.remove()
@@ -389,21 +378,44 @@ class System:
             if group is not None:
                 group.kill_all()
                 group.remove()
-        lines = cap.stdout.rstrip("\n").split("\n")
-        m = _END_LINE.fullmatch(lines[-1]) if lines else None
-        forged = any(END in line for line in (lines[:-1] if m else lines))
-        if m is None:
-            return SystemRun(res, None, None, forged)
-        rc = int(m.group(1))
-        if res.status == "ok":  # the supervisor exits 0: the verdict is the script's own
-            res = dataclasses.replace(res, exit_code=rc, status=verdict(
-                timed_out=False, oom=False, overflow=False, exit_code=rc, stderr=""))
-        return SystemRun(res, rc, int(m.group(2)), forged)
+        return _supervised(res)
+
+    def _launch_command(self, w_fd: int, limits: Limits, group: ExecGroup | None) -> list[str]:
+        """The supervisor under bubblewrap (`_command`), inside rlimits (address space and
+        process count only where the cgroups that cap them are missing) and the run's cgroups."""
+        cmd = self._command(w_fd)
+        if self.host.prlimit:
+            rl = [self.host.prlimit, f"--fsize={limits.file_size_mb << 20}", "--core=0",
+                  "--nofile=256"]
+            if not self.host.memory_cgroup:
+                rl.append(f"--as={limits.memory_mb << 20}")
+            if not self.host.pids_cgroup:
+                rl.append(f"--nproc={limits.pids}")
+            cmd = rl + ["--", *cmd]
+        if group is not None:
+            cmd = ["/bin/sh", "-c", LAUNCH, "rollforge-launch", *group.procs_files(), "--",
+                   *cmd]
+        return cmd
 
     def close(self) -> None:
         if self._made and self.workdir:
             remove_tree(self.workdir)
             self._made = False
+
+
+def _supervised(res: ExecResult) -> SystemRun:
+    """What the supervisor's last line of output says of the script (its exit code and the
+    processes it left); `forged`: that line appears anywhere else in the output."""
+    lines = res.stdout.rstrip("\n").split("\n")
+    m = _END_LINE.fullmatch(lines[-1]) if lines else None
+    forged = any(END in line for line in (lines[:-1] if m else lines))
+    if m is None:
+        return SystemRun(res, None, None, forged)
+    rc = int(m.group(1))
+    if res.status == "ok":  # the supervisor exits 0: the verdict is the script's own
+        res = dataclasses.replace(res, exit_code=rc, status=verdict(
+            timed_out=False, oom=False, overflow=False, exit_code=rc, stderr=""))
+    return SystemRun(res, rc, int(m.group(2)), forged)
 
 
 def _child_started(fd: int) -> bool:

@@ -217,83 +217,53 @@ class Zygote:
     def _capture(self, rid: int, fds: dict[str, int], stdin: bytes | None, timeout_s: float,
                  cap: int, kill_tree: Callable[[], None]) -> Outcome:
         chan = self.proc.stdout.fileno()
-        bufs = {fds["out"]: bytearray(), fds["err"]: bytearray()}
-        sizes = dict.fromkeys(bufs, 0)
+
+        def kill() -> None:  # the plain path's stop(): the whole tree, at once
+            kill_tree()
+            self.send({"op": "kill", "id": rid}, time.monotonic() + WAIT_S)
+
+        run = _Running(fds, stdin, cap, kill)
         poller = select.poll()
-        for fd in bufs:
+        for fd in run.bufs:
             poller.register(fd, select.POLLIN)
         poller.register(chan, select.POLLIN)
-        pending = memoryview(stdin) if stdin is not None else None
-        in_fd = fds.get("in")
-        if in_fd is not None:
-            poller.register(in_fd, select.POLLOUT)
+        if run.in_fd is not None:
+            poller.register(run.in_fd, select.POLLOUT)
         deadline = time.monotonic() + timeout_s
-        state = {"overflow": False, "stopped": False, "timed_out": False, "ended": False,
-                 "started": False}
-
-        def stop() -> None:  # the plain path's stop(): the whole tree, at once
-            if not state["stopped"] and not state["ended"]:
-                state["stopped"] = True
-                kill_tree()
-                self.send({"op": "kill", "id": rid}, time.monotonic() + WAIT_S)
-
-        def take(fd: int) -> bool:
-            """Read what is there; False when nothing is (our own end keeps it open)."""
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                return False
-            if not chunk:
-                return False
-            room = cap - sizes[fd]
-            if room > 0:
-                bufs[fd] += chunk[:room]
-            sizes[fd] += len(chunk)
-            if sizes[fd] > cap:
-                state["overflow"] = True
-                stop()
-            return True
 
         def answer_or_none() -> dict | None:
             while True:
                 msg = self._line()
                 if msg is None or msg.get("started") is not True:
                     return msg
-                state["started"] = True  # the child has its end of stdin: ours may close
+                run.started = True  # the child has its end of stdin: ours may close
 
         answer = answer_or_none()
         while answer is None:
             now = time.monotonic()
-            if now >= deadline and not state["stopped"]:
-                state["timed_out"] = True
-                stop()
-            wait = (deadline if not state["stopped"] else deadline + WAIT_S) - now
+            if now >= deadline and not run.stopped:
+                run.timed_out = True
+                run.stop()
+            wait = (deadline if not run.stopped else deadline + WAIT_S) - now
             if wait <= 0:
                 raise ZygoteError("zygote did not answer after the execution was stopped")
             for fd, _ in poller.poll(wait * 1000):
                 if fd == chan:
                     self._feed()
-                elif fd == in_fd:
-                    try:
-                        pending = pending[os.write(in_fd, pending[:65536]):]
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        pending = pending[:0]
-                    if not len(pending):
-                        poller.unregister(in_fd)
+                elif fd == run.in_fd:
+                    run.write_stdin(poller)
                 else:
-                    take(fd)
+                    run.take(fd)
             answer = answer_or_none()
-            if in_fd is not None and state["started"] and not len(pending):
+            if run.in_fd is not None and run.started and not len(run.pending):
                 os.close(fds.pop("in"))  # all written: the child reads to end of file
-                in_fd = None
-        state["ended"] = True
-        for fd in sizes:  # every writer is dead: what is left in the pipes is all there is
-            while take(fd):
+                run.in_fd = None
+        run.ended = True
+        for fd in run.sizes:  # every writer is dead: what is left in the pipes is all there is
+            while run.take(fd):
                 pass
-        return Outcome(answer, bytes(bufs[fds["out"]]), bytes(bufs[fds["err"]]),
-                       state["timed_out"], state["overflow"], state["stopped"])
+        return Outcome(answer, bytes(run.bufs[fds["out"]]), bytes(run.bufs[fds["err"]]),
+                       run.timed_out, run.overflow, run.stopped)
 
     # -- between executions ---------------------------------------------------------------
     def clean(self) -> bool:
@@ -332,6 +302,55 @@ class Zygote:
             self.home.remove()
         self.groups.drop()
         remove_tree(self.spool)
+
+
+class _Running:
+    """The host's side of one running execution's pipes: stdout and stderr read into buffers
+    of at most `cap` bytes each (what comes past the cap is counted, not kept, and stops the
+    execution), stdin written from `stdin`; and how it ended, as far as the host knows."""
+
+    def __init__(self, fds: dict[str, int], stdin: bytes | None, cap: int,
+                 kill: Callable[[], None]) -> None:
+        self.bufs = {fds["out"]: bytearray(), fds["err"]: bytearray()}
+        self.sizes = dict.fromkeys(self.bufs, 0)
+        self.cap, self.kill = cap, kill
+        self.pending = memoryview(stdin) if stdin is not None else None  # stdin not yet written
+        self.in_fd = fds.get("in")
+        self.overflow = self.stopped = self.timed_out = self.ended = self.started = False
+
+    def stop(self) -> None:
+        if not self.stopped and not self.ended:
+            self.stopped = True
+            self.kill()
+
+    def take(self, fd: int) -> bool:
+        """Read what is there; False when nothing is (our own end keeps it open)."""
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return False
+        if not chunk:
+            return False
+        room = self.cap - self.sizes[fd]
+        if room > 0:
+            self.bufs[fd] += chunk[:room]
+        self.sizes[fd] += len(chunk)
+        if self.sizes[fd] > self.cap:
+            self.overflow = True
+            self.stop()
+        return True
+
+    def write_stdin(self, poller: select.poll) -> None:
+        """Write what the pipe takes of the rest of stdin; once all is written (or the child
+        closed its end), stop polling for it."""
+        try:
+            self.pending = self.pending[os.write(self.in_fd, self.pending[:65536]):]
+        except BlockingIOError:
+            return
+        except OSError:
+            self.pending = self.pending[:0]
+        if not len(self.pending):
+            poller.unregister(self.in_fd)
 
 
 def sweep_spools(base: str) -> None:
