@@ -139,6 +139,19 @@ def _check_probes(probes: list[dict]) -> None:
         seen.add(name)
 
 
+def _infra(names: tuple[str, ...], why: str, res: ExecResult | None = None) -> TestReport:
+    """The host failed, not the script: every test missing, an infra_error."""
+    res = res or ExecResult("infra_error", None, "", "", 0.0, "process-system", error=why)
+    return TestReport(("missing",) * len(names), (), "infra_error", res, load_error=why,
+                      test_names=names)
+
+
+def _flagged(names: tuple[str, ...], res: ExecResult, flags: list[str]) -> TestReport:
+    """No credit, whatever the probes say."""
+    return TestReport(("failed",) * len(names), (), res.status, res, tuple(dict.fromkeys(flags)),
+                      test_names=names)
+
+
 class OpsEnv(SingleTurnEnv):
     name = "ops"
     description = "a bash script that brings a sandboxed Linux system to a required state"
@@ -266,28 +279,18 @@ class OpsEnv(SingleTurnEnv):
         n = len(names)
         script = script_of(answer)
         host = host_support(sandbox)
-
-        def infra(why: str, res: ExecResult | None = None) -> TestReport:
-            res = res or ExecResult("infra_error", None, "", "", 0.0, "process-system", error=why)
-            return TestReport(("missing",) * n, (), "infra_error", res, load_error=why,
-                              test_names=names)
-
-        def flagged(flags: list[str]) -> TestReport:  # no credit, whatever the probes say
-            return TestReport(("failed",) * n, (), res.status, res, tuple(dict.fromkeys(flags)),
-                              test_names=names)
-
         why = unavailable(host)
         if why:
-            return infra(why)
+            return _infra(names, why)
         try:
             system = System.make(host, {path: node_of(s) for path, s in p.files.items()})
         except OSError as exc:
-            return infra(f"system workspace: {exc}")
+            return _infra(names, f"system workspace: {exc}")
         try:
             tree0 = system.snapshot()  # the system as the script finds it, top folders and all
             first = system.run(script, limits)
             if first.exec.infra_error:
-                return infra(first.exec.error or "system run", first.exec)
+                return _infra(names, first.exec.error or "system run", first.exec)
             res = first.exec
             final = system.snapshot()
             # before anything compares or parses the state, which may be built to mislead
@@ -295,7 +298,7 @@ class OpsEnv(SingleTurnEnv):
             flags = run_flags(first) + (state_flags(p.probes, final, tree0) if final is not None
                                         else [])
             if flags:
-                return flagged(flags)
+                return _flagged(names, res, flags)
             if res.status == "timeout":
                 return TestReport(("timeout",) * n, ("Timeout",) * n, "timeout", res,
                                   test_names=names)
@@ -304,29 +307,38 @@ class OpsEnv(SingleTurnEnv):
                                   load_error="StateTooLarge: the system grew past the caps")
             second = system.run(script, limits)
             if second.exec.infra_error:
-                return infra(second.exec.error or "system run", second.exec)
+                return _infra(names, second.exec.error or "system run", second.exec)
             again = system.snapshot()
         finally:
             system.close()
         flags = run_flags(second) + (bomb_flags(again) if again is not None else [])
         if flags:  # the rerun is the candidate's code too
-            return flagged(flags)
+            return _flagged(names, res, flags)
+        return self._probe(p, names, res, (tree0, final, again), second.survivors, sandbox,
+                           limits)
+
+    def _probe(self, p: OpsPayload, names: tuple[str, ...], res: ExecResult, states: tuple,
+               survivors: int | None, sandbox: Sandbox, limits: Limits) -> TestReport:
+        """The probes' verdicts on the state the script left, and whether running it again
+        left the same state. `states`: the system before the script, after it, after again."""
+        tree0, final, again = states
+        host = host_support(sandbox)
         rolled = {}
         for q in p.probes:
             if q["type"] == "rollback":
                 got = self._rollback(host, final, tree0, q, limits)
                 if got is None:
-                    return infra("rollback run")
+                    return _infra(names, "rollback run")
                 rolled[q["name"]], flags = got
                 if flags:
-                    return flagged(flags)
+                    return _flagged(names, res, flags)
         parsed = self._parse(p.probes, final, tree0, sandbox, limits)
         if parsed is None:
-            return infra("config checker run")
+            return _infra(names, "config checker run")
         ok = verdicts(p.probes, final, tree0, parsed, rolled)
         # idempotence of the task's own change (issue 34): an unrelated idempotent change, or
         # none, is not "running it twice leaves the same state" of anything that was asked
-        idempotent = (all(ok.values()) and second.survivors == 0 and again is not None
+        idempotent = (all(ok.values()) and survivors == 0 and again is not None
                       and not same_state(final, again) and bool(same_state(tree0, final)))
         outcomes = tuple("passed" if x else "failed" for x in [*ok.values(), idempotent])
         return TestReport(outcomes, (), res.status, res, (), test_names=names)
