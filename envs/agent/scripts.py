@@ -256,8 +256,6 @@ def read_visible(res: ExecResult, nonce: str, entry: str, examples: Sequence[Any
     honest child writes its records (loaded or load_error, one record per example in order,
     tampered, end); each value is compared with its example's expected value here, outside the
     sandbox, so `passed <= total == len(examples)` whatever the program printed."""
-    from rewards.reports import values_equal  # noqa: PLC0415 (one definition of "equal")
-
     flags: list[str] = []
     flag = lambda name: flags.append(name) if name not in flags else None  # noqa: E731
     inner, exit_code = [], None
@@ -303,8 +301,21 @@ def read_visible(res: ExecResult, nonce: str, entry: str, examples: Sequence[Any
     if exit_code is None and res.status in ("ok", "failed"):
         flag("harness_tampering")  # the checker itself did not finish, and no limit stopped it
 
+    passed, lines, said = _compared(results, load_error, examples, entry)
+    if any(IMITATION.search(text) for text in [res.stderr, *said]):  # what the code printed too
+        flag("forged_record")
+    return VisibleReport(passed, len(examples), tuple(lines), tuple(flags))
+
+
+def _compared(results: dict[int, dict], load_error: dict | None, examples: Sequence[Any],
+              entry: str) -> tuple[int, list[str], list[str]]:
+    """Each example's record compared with its expected value: how many passed, the report's
+    lines, and every text the candidate's code raised or returned (checked for imitations of
+    the report)."""
+    from rewards.reports import values_equal  # noqa: PLC0415 (one definition of "equal")
+
     lines: list[str] = []
-    said: list[str] = [res.stderr]  # what the candidate's code printed, raised or returned
+    said: list[str] = []  # what the candidate's code raised or returned
     if load_error is not None:
         said += [load_error["load_error"], load_error["tb"]]
         lines += [f"LOAD ERROR: solution.py could not be loaded or does not define {entry}",
@@ -327,9 +338,7 @@ def read_visible(res: ExecResult, nonce: str, entry: str, examples: Sequence[Any
         else:
             said += [r["error"], r["tb"]]
             lines += [f"FAIL {call} raised {r['error']}", r["tb"].rstrip()]
-    if any(IMITATION.search(text) for text in said):
-        flag("forged_record")
-    return VisibleReport(passed, len(examples), tuple(lines), tuple(flags))
+    return passed, lines, said
 
 
 def _loads(text: str) -> Any:

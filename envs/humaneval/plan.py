@@ -215,9 +215,9 @@ def _seeded_import(seed: int):
     return _import
 
 
-def plan_check(prompt: str, test_source: str, entry_point: str) -> Plan:
-    """Run the test's planning pass; raise Unplannable if its verdict can't be kept outside."""
-    tree = pyast.parse(test_source)
+def _rewrite_check(tree: ast.Module, entry_point: str) -> _Rewriter:
+    """Rewrites the test's `check(candidate)` in `tree`, in place, for the planning pass; the
+    rewriter, which holds each assert's judged expression. Refuses a check it cannot plan."""
     checks = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"]
     if len(checks) != 1 or len(checks[0].args.args) != 1:
         raise Unplannable("test has no `def check(candidate)`")
@@ -230,7 +230,13 @@ def plan_check(prompt: str, test_source: str, entry_point: str) -> Plan:
     for n in _statements(check):
         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n is not check:
             raise Unplannable("check defines nested functions or classes")
+    return rewriter
 
+
+def plan_check(prompt: str, test_source: str, entry_point: str) -> Plan:
+    """Run the test's planning pass; raise Unplannable if its verdict can't be kept outside."""
+    tree = pyast.parse(test_source)
+    rewriter = _rewrite_check(tree, entry_point)
     seed = int.from_bytes(hashlib.sha256(test_source.encode()).digest()[:4], "big")
     ns: dict[str, Any] = {"__builtins__": dict(vars(builtins), __import__=_seeded_import(seed)),
                           "__name__": "humaneval_test"}

@@ -338,25 +338,49 @@ def judge(p: TestFilePayload, names: tuple[str, ...], res: ExecResult, junit: st
     if rec["collect_errors"] and all(e[1] == "Skipped" for e in rec["collect_errors"]):
         return report(("failed",) * n)  # skipped at import: flagged by the plugin
     if rec["collect_errors"] or rec["internal_error"]:  # the module never loaded: all errored
-        text = " ".join(e[1] for e in rec["collect_errors"]) or str(rec["internal_error"])
-        m = _EXC_NAME.findall(text) or re.findall(r"^([A-Za-z_][\w.]*):", text, re.M)
-        etype = (m[-1] if m else text.split(":")[0] or "CollectError").split(".")[-1][:64]
+        etype, text = _load_error(rec)
         if res.exit_code == 0:
             flags.append("exit_code_mismatch")
         return report(("error",) * n, (etype,) * n, load_error=text[:400])
-    by_name: dict[str, list[str]] = {t: [] for t in names}
-    want = {_pytest_name(t, p.format): t for t in names}
-    unexpected = False
-    for node, outcome in outcomes.items():
-        t = want.get(node) or want.get(node.split("[")[0])
-        if t is None:
-            unexpected = True
-        else:
-            by_name[t].append(node)
-    if unexpected or any(not v for v in by_name.values()) or set(rec["collected"]) != set(
-            rec["outcomes"]):
+    by_name = _nodes_of(names, outcomes, p.format)
+    if by_name is None or set(rec["collected"]) != set(rec["outcomes"]):
         flags.append("collection_mismatch")
         return report(("failed",) * n)
+    result, etypes = _per_test(names, by_name, outcomes, errors)
+    ok = all(o in ("passed", "skipped") for o in outcomes.values())
+    if (res.exit_code == 0) != ok:
+        flags.append("exit_code_mismatch")
+    if "skipped" in outcomes.values():
+        flags.append("skipped_test")
+    return report(result, etypes)
+
+
+def _load_error(rec: dict) -> tuple[str, str]:
+    """The error type and text of a test module that never loaded (a collection error or
+    pytest's internal error), from the plugin's summary."""
+    text = " ".join(e[1] for e in rec["collect_errors"]) or str(rec["internal_error"])
+    m = _EXC_NAME.findall(text) or re.findall(r"^([A-Za-z_][\w.]*):", text, re.M)
+    return (m[-1] if m else text.split(":")[0] or "CollectError").split(".")[-1][:64], text
+
+
+def _nodes_of(names: tuple[str, ...], outcomes: dict[str, str], fmt: str
+              ) -> dict[str, list[str]] | None:
+    """Each test's pytest nodes (a parametrized test has several); None when a node is no
+    test's or a test has no node."""
+    by_name: dict[str, list[str]] = {t: [] for t in names}
+    want = {_pytest_name(t, fmt): t for t in names}
+    for node in outcomes:
+        t = want.get(node) or want.get(node.split("[")[0])
+        if t is None:
+            return None
+        by_name[t].append(node)
+    return None if any(not v for v in by_name.values()) else by_name
+
+
+def _per_test(names: tuple[str, ...], by_name: dict[str, list[str]], outcomes: dict[str, str],
+              errors: dict[str, str]) -> tuple[list[Outcome], list[str]]:
+    """Each test's outcome, the worst of its nodes' (a skip fails), and the error type of each
+    that errored or timed out."""
     result: list[Outcome] = []
     etypes: list[str] = []
     for t in names:
@@ -364,10 +388,5 @@ def judge(p: TestFilePayload, names: tuple[str, ...], res: ExecResult, junit: st
         result.append("failed" if worst == "skipped" else worst)  # type: ignore[arg-type]
         if worst in ("error", "timeout"):
             etypes.append(next((errors[nd] for nd in by_name[t] if nd in errors), worst))
-    ok = all(o in ("passed", "skipped") for o in outcomes.values())
-    if (res.exit_code == 0) != ok:
-        flags.append("exit_code_mismatch")
-    if "skipped" in outcomes.values():
-        flags.append("skipped_test")
-    return report(result, etypes)
+    return result, etypes
 
