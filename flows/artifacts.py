@@ -1,6 +1,7 @@
 """What each iteration shows in the Prefect UI: a table of the run's metrics so far, the
 reward curve (a PNG beside the run's files, rendered inline and linked), and for evaluation
-runs a table of held-out pass rates. Publishing never fails an iteration: a UI that cannot be
+runs a table of held-out pass rates; and what it sends to the experiment trackers the config
+names (`tracking`, flows/tracking.py). Publishing never fails an iteration: a UI that cannot be
 reached costs a warning, not the run."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 from pathlib import Path
 
 from flows.config import RunConfig
+from flows.tracking import log_iteration
 
 TABLE_COLUMNS = [
     ("iteration", "iteration"), ("rollout/mean_reward", "reward"),
@@ -125,7 +127,9 @@ def publish_iteration(cfg: RunConfig, iteration: int, metrics: dict, log,
                       start: dict | None = None) -> None:
     """The metrics table (every iteration) and the reward curve (with `start`, the SFT start's
     held-out evaluation; at most every CURVE_EVERY_S, and after the last iteration), as
-    artifacts of the current flow run."""
+    artifacts of the current flow run; and the metrics to the config's experiment trackers
+    (flows/tracking.py)."""
+    log_iteration(cfg, iteration, metrics, log)  # warns, never raises: as the artifacts
     try:
         from prefect.artifacts import (create_link_artifact, create_markdown_artifact,  # noqa: PLC0415
                                        create_table_artifact)

@@ -13,7 +13,8 @@ def register(subparsers) -> None:
         "trajectories, update the policy with DeepSpeed, checkpoint. A run whose folder already "
         "holds finished iterations resumes after the last one; under a config that computes "
         "something else (not only `iterations`, `out_dir`, `eval_every`, `keep_checkpoints`, "
-        "`cluster`, `rl.processes`) it is refused (exit 2) unless --set resume_changed=true.")
+        "`cluster`, `rl.processes`, `tracking`) it is refused (exit 2) unless --set "
+        "resume_changed=true.")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="YAML run config (default: configs/default.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",

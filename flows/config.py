@@ -143,6 +143,20 @@ class RunConfig(BaseModel):
                                     "(off by default)")
     threads: ThreadsConfig = Field(ThreadsConfig(), description="the CPU budget: torch "
                                    "threads of the flow's process")
+    tracking: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+        default_factory=list, description="experiment trackers that also receive each "
+        "iteration's metrics and the resolved config, offline, in files under the run's folder "
+        "(flows/tracking.py): tensorboard, mlflow (a local file store), wandb (offline mode); "
+        "[]: the run's registry and the Prefect artifacts only")
+
+    @field_validator("tracking", mode="before")
+    @classmethod
+    def _tracking(cls, v):
+        if isinstance(v, str):  # `--set tracking=tensorboard`: one tracker
+            v = [v]
+        if isinstance(v, list) and len(set(map(str, v))) < len(v):
+            raise ValueError(f"tracking={v!r}: a tracker is named twice")
+        return v
 
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
@@ -172,13 +186,14 @@ class RunConfig(BaseModel):
         # `cluster` says where rollouts execute, not what they compute: resuming on another
         # Dask cluster must reuse the finished stages.
         # `episodes` while off changes nothing: single-turn runs keep their hash.
+        # `tracking` says where metrics are also sent, not what is computed.
         # `sandbox.fork_server` changes how fast executions start, not their results.
         # `tasks.function_name` unset and `tasks.sft_generic_names` 0 are how runs before they
         # existed worked: same hash.
         off = () if self.episodes.enabled else ("episodes",)
         d = self.model_dump(mode="json", exclude={"out_dir", "iterations", "eval_every",
                                                    "keep_checkpoints", "cluster",
-                                                   "resume_changed", *off})
+                                                   "resume_changed", "tracking", *off})
         d["sandbox"].pop("fork_server", None)
         if d["tasks"].get("function_name") is None:
             d["tasks"].pop("function_name", None)
@@ -299,7 +314,11 @@ def validate_config(raw: dict) -> RunConfig:
     from envs.base import EnvError  # noqa: PLC0415
     from envs.io.procedural import FAMILIES  # noqa: PLC0415
     from envs.sources import build_pool  # noqa: PLC0415
+    from flows.tracking import unavailable  # noqa: PLC0415
 
+    missing = unavailable(cfg.tracking)  # before a run starts, not at its first iteration's end
+    if missing:
+        raise ConfigError("\n".join(missing))
     unknown = sorted(set(cfg.tasks.families) - set(FAMILIES))
     if unknown:
         raise ConfigError(f"tasks.families: unknown {unknown}; expected some of {sorted(FAMILIES)}")
