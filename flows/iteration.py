@@ -269,7 +269,7 @@ def run_iteration(cfg: RunConfig, it: int, opts: dict, log, client, baseline: di
     t = time.perf_counter()
     train = call_stage(update_policy, opts, cfg=cfg, iteration=it, version=it,
                        rows=col.train_rows)
-    col = col.timed(update_policy_s=time.perf_counter() - t)
+    col = col.timed(update_policy=time.perf_counter() - t)
     return finish(cfg, it, col, train, opts=opts, log=log, client=client, baseline=baseline,
                   t_iter=t_iter)
 
@@ -278,8 +278,8 @@ def _join(it: int, col: Collected, future) -> tuple[int, Collected, dict]:
     """Wait for an overlapped update; how long the flow waited is `time/update_wait_s`."""
     t = time.perf_counter()
     train = future.result()
-    col = col.timed(update_wait_s=time.perf_counter() - t,
-                    update_policy_s=train.get("train/stage_seconds", math.nan))
+    col = col.timed(update_wait=time.perf_counter() - t,
+                    update_policy=train.get("train/stage_seconds", math.nan))
     return it, col, train
 
 
@@ -301,7 +301,8 @@ class Collected:
     sampled_with: int  # the policy version that sampled the episodes
 
     def timed(self, **seconds: float) -> "Collected":
-        """A copy with `time/<name>_s` set for each `name=seconds`."""
+        """A copy with `time/<name>_s` set for each `name=seconds` (`update_policy=1.5`:
+        `time/update_policy_s`)."""
         return dataclasses.replace(self, timings={
             **self.timings, **{f"time/{k}_s": v for k, v in seconds.items()}})
 

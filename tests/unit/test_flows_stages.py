@@ -440,3 +440,15 @@ def test_the_summary_says_how_a_warm_start_until_a_criterion_ended():
         {"sft/probe_pass": 0.1, "sft/steps": 2000, "sft/criterion_met_at": math.nan,
          "sft/decay_from": 1700, "sft/probe_tasks": 64})[0]
     assert _warm_start_line({"sft/reused": True}) == []
+
+
+def test_collected_timed_adds_stage_seconds_under_the_metric_names_and_leaves_the_original():
+    from flows.iteration import Collected
+
+    col = Collected(rows=[], train_rows=[], episodes=[], stepped=[], queue=[], rounds=1,
+                    kept_groups=0, first_share=math.nan, timings={"time/sample_s": 0.5},
+                    sampled_with=0)
+    later = col.timed(update_policy=1.5, update_wait=0.25)
+    assert later.timings == {"time/sample_s": 0.5, "time/update_policy_s": 1.5,
+                             "time/update_wait_s": 0.25}
+    assert col.timings == {"time/sample_s": 0.5}
