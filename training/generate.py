@@ -135,9 +135,16 @@ def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, 
         inp = nxt[:, None]
         if bool(done.all()):
             break
+    return _samples_of(tok, prompt_ids, new_tokens[:, :steps], new_logps, stopped, stop)
+
+
+def _samples_of(tok, prompt_ids, new_tokens: torch.Tensor, new_logps: torch.Tensor,
+                stopped: list[bool], stop: tuple[str, ...]) -> list[Sample]:
+    """Each row's completion from the tokens drawn ([B, steps]): up to and with its EOS, or
+    the token that completed a stop string (`stopped`), or all of them."""
     samples = []
-    for i in range(B):
-        toks = new_tokens[i, :steps].tolist()
+    for i in range(len(prompt_ids)):
+        toks = new_tokens[i].tolist()
         if stopped[i]:  # the token that completed the stop string is the last one
             n = next(k + 1 for k in range(len(toks)) if _stop_hit(tok, toks[:k + 1], stop))
             toks = toks[:n]

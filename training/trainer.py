@@ -21,10 +21,10 @@ from training import checkpoints, memory, threads
 from training import engine as eng
 from training.batch import RLSample, make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig, SFTConfig
-from training.episodes import policy_token_units
+from training.episodes import encode_transcript, policy_token_units
 from training.lora import ADAPTERS_OFF, autocast, prepare_for_training, reference_view
 from training.losses import LOSSES, kl_penalty, sft_loss
-from training.microbatch import loss_units, plan_update
+from training.microbatch import MicroBatch, Plan, loss_units, plan_update
 from training.offpolicy import LogprobGap, completion_values, starting_logprobs, truncated_is
 from training.policy import build_policy, load_policy, save_policy, tokenizer_of
 from training.progress import Progress
@@ -144,74 +144,24 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     else:
         schedule = (lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps))
     engine, _ = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None, schedule)
-    world, rank = eng.world_size(), eng.rank()
-    if sft.batch_size < world:
-        raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count {world}")
+    if sft.batch_size < eng.world_size():
+        raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count "
+                         f"{eng.world_size()}")
     rng = random.Random(seed)
     data = [(*_encode_pair(tok, p, r), None) for p, r in zip(prompts, references)]
-    if demos:
-        from training.episodes import encode_transcript  # noqa: PLC0415
-
-        data += [encode_transcript(tok, p, segs) for p, segs in demos]
+    data += [encode_transcript(tok, p, segs) for p, segs in demos or ()]
     progress = checkpoints.sft_progress_dir(run_dir)
-    first = 0
-    if sft.save_every and (progress / "latest").is_file():
-        client = eng.load_state(engine, str(progress), None, optimizer=True, scheduler=True)
-        first = int(client["step"])
-        _set_rng_state(rng, client["rng"])
-    t0, losses = time.perf_counter(), []
-    device = engine.device
-    sched = engine.lr_scheduler if until else None
-    probes: list[tuple[int, float]] = []
-
-    def end() -> int:  # the step the warm start stops at
-        return sft.steps if sched is None or sched.decay_from is None else \
-            sched.decay_from + sft.decay_steps
-
-    with Progress("sft warm start", end(), "steps", start=first, enabled=rank == 0) as shown:
-        step = first
-        while step < min(end(), sft.steps if stop_after is None else stop_after):
-            if step % 25 == 0:  # before a probe, whose rollouts would read as a neighbour
-                threads.retune()
-            batch = [data[rng.randrange(len(data))] for _ in range(sft.batch_size)]
-            mine = batch[rank::world]
-            b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
-                           policy.max_len, [d[2] for d in mine])
-            b.to(device)
-            with autocast(rl.autocast, device):
-                loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
-            if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
-                full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
-                                  policy.max_len, [d[2] for d in batch])
-                loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
-            engine.backward(loss)
-            engine.step()
-            losses.append(float(loss.detach()))
-            shown.set(loss=float(np.mean(losses[-20:])))  # smoothed as sft/final_loss is
-            step += 1
-            shown.update(step)
-            if sched is not None and sched.decay_from is None:
-                if step % sft.probe_every == 0:
-                    passed = eng.broadcast(probe(engine.module) if rank == 0 else None)
-                    probes.append((step, passed))
-                    shown.set(probe=f"{passed:.2f}")
-                    if passed >= sft.until_pass:
-                        sched.decay_from = step
-                if sched.decay_from is None and step >= sft.steps - sft.decay_steps:
-                    sched.decay_from = step  # the criterion was not met: decay within `steps`
-                shown.total = end()
-            if sft.save_every and step % sft.save_every == 0 and step < end():
-                _save_progress(engine, progress, step, rng)
-    if step < end():
+    first = _resume_sft(engine, progress, rng) if sft.save_every else 0
+    t0 = time.perf_counter()
+    run = _SFTRun(engine, tok, data, rng, policy, sft, rl, probe, progress,
+                  engine.lr_scheduler if until else None)
+    step = run.train(first, sft.steps if stop_after is None else stop_after)
+    if step < run.end():
         return {"sft/stopped_at": step, "sft/resumed_from": first}
-    metrics = {"sft/steps": step, "sft/final_loss": float(np.mean(losses[-20:])) if losses else math.nan,
+    metrics = {"sft/steps": step,
+               "sft/final_loss": float(np.mean(run.losses[-20:])) if run.losses else math.nan,
                "sft/seconds": time.perf_counter() - t0, "sft/examples": len(data)}
-    if sched is not None:
-        final = eng.broadcast(probe(engine.module) if rank == 0 else None)
-        met = [s for s, p in probes if p >= sft.until_pass]
-        metrics.update({"sft/probe_pass": final, "sft/decay_from": sched.decay_from,
-                        "sft/criterion_met_at": met[0] if met else math.nan,
-                        "sft/probes": len(probes)})
+    metrics.update(run.probe_metrics())
     if first:
         metrics["sft/resumed_from"] = first
     _publish(engine, run_dir, 0, {"version": 0, "kind": "sft", **metrics,
@@ -220,6 +170,106 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if eng.rank() == 0:
         shutil.rmtree(progress, ignore_errors=True)
     return metrics
+
+
+def _resume_sft(engine, folder: Path, rng: random.Random) -> int:
+    """The step a restarted warm start continues from, the engine's and `rng`'s state restored
+    from `folder` (0, and nothing restored, when nothing was saved there)."""
+    if not (folder / "latest").is_file():
+        return 0
+    client = eng.load_state(engine, str(folder), None, optimizer=True, scheduler=True)
+    _set_rng_state(rng, client["rng"])
+    return int(client["step"])
+
+
+@dataclasses.dataclass
+class _SFTRun:
+    """The steps of one warm start: its examples, their draw, and with `sft.until_pass` the
+    schedule whose decay the probe starts (`sched`, None otherwise)."""
+
+    engine: object
+    tok: object
+    data: list  # (prompt ids, completion ids, completion mask or None)
+    rng: random.Random
+    policy: PolicyConfig
+    sft: SFTConfig
+    rl: RLConfig
+    probe: Callable[[torch.nn.Module], float] | None
+    progress: Path  # where the resumable state is saved (`sft.save_every`)
+    sched: WarmupHoldDecay | None
+    losses: list[float] = dataclasses.field(default_factory=list)
+    probes: list[tuple[int, float]] = dataclasses.field(default_factory=list)  # (step, pass)
+
+    def end(self) -> int:
+        """The step the warm start stops at: `sft.steps`, or `sft.decay_steps` past the step
+        the decay started from."""
+        sched = self.sched
+        return self.sft.steps if sched is None or sched.decay_from is None else \
+            sched.decay_from + self.sft.decay_steps
+
+    def train(self, first: int, stop_after: int) -> int:
+        """Steps from `first` until the end or `stop_after`; the step reached."""
+        sft, rank = self.sft, eng.rank()
+        with Progress("sft warm start", self.end(), "steps", start=first,
+                      enabled=rank == 0) as shown:
+            step = first
+            while step < min(self.end(), stop_after):
+                if step % 25 == 0:  # before a probe, whose rollouts would read as a neighbour
+                    threads.retune()
+                batch = [self.data[self.rng.randrange(len(self.data))]
+                         for _ in range(sft.batch_size)]
+                self.losses.append(self.step(batch))
+                shown.set(loss=float(np.mean(self.losses[-20:])))  # smoothed as sft/final_loss is
+                step += 1
+                shown.update(step)
+                if self.sched is not None and self.sched.decay_from is None:
+                    self.decide_decay(step, shown)
+                if sft.save_every and step % sft.save_every == 0 and step < self.end():
+                    _save_progress(self.engine, self.progress, step, self.rng)
+        return step
+
+    def step(self, batch: list) -> float:
+        """One optimizer step on `batch`, of which this process takes its share; the loss."""
+        engine, tok, policy, rl = self.engine, self.tok, self.policy, self.rl
+        world, rank = eng.world_size(), eng.rank()
+        mine = batch[rank::world]
+        b = make_batch([d[0] for d in mine], [d[1] for d in mine], tok.pad_token_id,
+                       policy.max_len, [d[2] for d in mine])
+        b.to(engine.device)
+        with autocast(rl.autocast, engine.device):
+            loss = sft_loss(token_logprobs(engine, b), b.loss_mask)
+        if world > 1:  # token-weighted so the step is the mean over the whole batch's tokens
+            full = make_batch([d[0] for d in batch], [d[1] for d in batch], tok.pad_token_id,
+                              policy.max_len, [d[2] for d in batch])
+            loss = loss * (b.loss_mask.sum() / full.loss_mask.sum().clamp(min=1.0) * world)
+        engine.backward(loss)
+        engine.step()
+        return float(loss.detach())
+
+    def decide_decay(self, step: int, shown: Progress) -> None:
+        """`sft.until_pass`: the decay starts at the first probe that passes, or in time to end
+        within `sft.steps` when none does."""
+        sft, sched = self.sft, self.sched
+        if step % sft.probe_every == 0:
+            passed = eng.broadcast(self.probe(self.engine.module) if eng.rank() == 0 else None)
+            self.probes.append((step, passed))
+            shown.set(probe=f"{passed:.2f}")
+            if passed >= sft.until_pass:
+                sched.decay_from = step
+        if sched.decay_from is None and step >= sft.steps - sft.decay_steps:
+            sched.decay_from = step  # the criterion was not met: decay within `steps`
+        shown.total = self.end()
+
+    def probe_metrics(self) -> dict:
+        """With `sft.until_pass`: the final probe and when the criterion was met (runs the
+        probe once more, on rank 0)."""
+        if self.sched is None:
+            return {}
+        final = eng.broadcast(self.probe(self.engine.module) if eng.rank() == 0 else None)
+        met = [s for s, p in self.probes if p >= self.sft.until_pass]
+        return {"sft/probe_pass": final, "sft/decay_from": self.sched.decay_from,
+                "sft/criterion_met_at": met[0] if met else math.nan,
+                "sft/probes": len(self.probes)}
 
 
 def _encode_pair(tok, prompt: str, reference: str) -> tuple[list[int], list[int]]:
@@ -288,6 +338,159 @@ def _units(s: RLSample, policy: PolicyConfig, rl: RLConfig) -> int:
     return policy_token_units(s, policy.max_len, rl.loss_aggregation)
 
 
+def _advantages(part: list[RLSample], rl: RLConfig, width: int) -> torch.Tensor:
+    """The advantages the loss weighs the micro-batch by: per token ([B, width]) where PPO has
+    per-token ones (a value model's), else one per sample ([B])."""
+    if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
+        return _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
+                                 for s in part], width)
+    return torch.tensor([s.advantage for s in part], dtype=torch.float32)
+
+
+def _plan(live: list[RLSample], counted: list[RLSample], policy: PolicyConfig, rl: RLConfig,
+          rng: random.Random) -> Plan:
+    """The update's micro-batches, per epoch, for this process: each epoch in its own shuffled
+    order of `live`. Sets up the process group first, since the plan splits over it."""
+    orders, order = [], list(range(len(live)))
+    for _ in range(rl.epochs if live else 0):
+        rng.shuffle(order)
+        orders.append(list(order))
+    lengths = [min(len(s.prompt_ids) + len(s.completion_ids), policy.max_len) for s in live]
+    units = [_units(s, policy, rl) for s in live]
+    total_units = sum(_units(s, policy, rl) for s in counted)
+    eng.setup_distributed()
+    return plan_update(orders, lengths, units, rl.micro_batch_size, rl.micro_batch_tokens,
+                       eng.world_size(), eng.rank(), total_units)
+
+
+@dataclasses.dataclass
+class _Update:
+    """One RL update's micro-batches: what each of them reads (the engine, the live samples,
+    the reference, the starting log-probs) and the figures they add up for the metrics."""
+
+    engine: object
+    tok: object
+    live: list[RLSample]
+    policy: PolicyConfig
+    rl: RLConfig
+    temperature: float
+    version: int
+    reference: torch.nn.Module | str | None
+    correct: bool  # off-policy samples: the ratio is taken to the starting weights' `prox`
+    prox: dict[int, list[float]]  # the starting weights' log-probs, by live index
+    replay: Sequence[tuple[str, str]]
+    replay_rng: random.Random
+    gap: LogprobGap = dataclasses.field(default_factory=LogprobGap)
+    is_stats: dict[str, float] = dataclasses.field(
+        default_factory=lambda: {"weight": 0.0, "capped": 0.0, "tokens": 0.0})
+    stats: dict[str, list[float]] = dataclasses.field(
+        default_factory=lambda: {"loss": [], "clip_frac": [], "kl": [], "replay_nll": []})
+    n_tokens: int = 0
+
+    def step(self, mb: MicroBatch, first_epoch: bool) -> None:
+        """Forward, loss, backward and optimizer step of one micro-batch."""
+        rl, engine, tok = self.rl, self.engine, self.tok
+        part = [self.live[i] for i in mb.indices]
+        b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
+                       tok.pad_token_id, self.policy.max_len, [s.completion_mask for s in part])
+        b.to(engine.device)
+        with autocast(rl.autocast, engine.device):
+            logp = token_logprobs(engine, b, self.temperature, tok.banned_ids)
+        old, is_weight = self._old_logprobs(mb, part, b, logp, first_epoch)
+        adv = _advantages(part, rl, logp.shape[1])
+        extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
+        loss, info = LOSSES[rl.algorithm](logp, old, adv.to(logp.device), b.loss_mask,
+                                          rl.clip_eps, rl.loss_aggregation, rl.clip_eps_high,
+                                          self.policy.max_len, **extra, is_weight=is_weight)
+        if self.reference is not None:
+            kl, kinfo = self._kl(b, logp)
+            loss = loss + rl.kl_coef * kl
+            info.update(kinfo)
+        if rl.replay_coef > 0 and mb.weight:  # only the pairs drawn are tokenized
+            nll = self._replay_nll()
+            loss = loss + rl.replay_coef * nll
+            self.stats["replay_nll"].append(float(nll.detach()))
+        engine.backward(loss * mb.weight)
+        engine.step()
+        if mb.weight:
+            self.n_tokens += int(b.attention_mask.sum())
+            self.stats["loss"].append(float(loss.detach()))
+            self.stats["clip_frac"].append(info["clip_frac"])
+            if "kl" in info:
+                self.stats["kl"].append(info["kl"])
+
+    def _old_logprobs(self, mb: MicroBatch, part: list[RLSample], b, logp: torch.Tensor,
+                      first_epoch: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The log-probs the loss's ratio is taken to, and the truncated importance weight of
+        the sampler's log-probs to them (None when the samples are on-policy)."""
+        old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
+        if first_epoch:  # the starting weights: the sampler's log-probs of its own samples
+            on = [r for r, x in enumerate(part) if x.version in (None, self.version)]
+            if on:
+                self.gap.add(logp[on], old[on], b.loss_mask[on])
+        if not self.correct:
+            return old, None
+        if first_epoch:  # no optimizer step before epoch 1: these are the starting weights
+            for row, i in enumerate(mb.indices):
+                self.prox.setdefault(i, completion_values(logp, row, part[row]))
+        sampler, old = old, _per_token(part, [self.prox[i] for i in mb.indices],
+                                       logp.shape[1]).to(logp.device)
+        is_weight, counts = truncated_is(old, sampler, b.loss_mask, self.rl.off_policy_is_cap)
+        if mb.weight:
+            for k in self.is_stats:
+                self.is_stats[k] += counts[k]
+        return old, is_weight
+
+    def _kl(self, b, logp: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The KL penalty of the micro-batch to the frozen reference, and its figures."""
+        engine, rl = self.engine, self.rl
+        with torch.no_grad(), reference_view(engine, self.reference), \
+                autocast(rl.autocast, engine.device):
+            ref_logp = token_logprobs(engine if self.reference == ADAPTERS_OFF else self.reference,
+                                      b, self.temperature, self.tok.banned_ids)
+        return kl_penalty(logp, ref_logp, b.loss_mask, rl.kl_estimator, rl.loss_aggregation,
+                          self.policy.max_len)
+
+    def _replay_nll(self) -> torch.Tensor:
+        """The SFT loss of `rl.replay_per_step` reference pairs drawn at random."""
+        tok, engine, rl = self.tok, self.engine, self.rl
+        pick = [_encode_pair(tok, *self.replay[self.replay_rng.randrange(len(self.replay))])
+                for _ in range(rl.replay_per_step)]
+        rb = make_batch([d[0] for d in pick], [d[1] for d in pick], tok.pad_token_id,
+                        self.policy.max_len)
+        rb.to(engine.device)
+        with autocast(rl.autocast, engine.device):
+            return sft_loss(token_logprobs(engine, rb), rb.loss_mask)
+
+    def metrics(self, seconds: float, skipped: int, micro_steps: int, restored: bool,
+                stale: list[int]) -> dict:
+        """The update's `train/` figures, in the order its checkpoint's metadata lists them."""
+        stats, engine = self.stats, self.engine
+        out = {
+            "train/loss": float(np.mean(stats["loss"])) if stats["loss"] else 0.0,
+            "train/clip_frac": float(np.mean(stats["clip_frac"])) if stats["clip_frac"] else 0.0,
+            "train/sequences": len(self.live), "train/skipped_zero_adv": skipped,
+            "train/seconds": seconds,
+            "train/tokens": self.n_tokens, "train/tokens_per_s": self.n_tokens / max(seconds, 1e-9),
+            "train/micro_steps": micro_steps, "train/optimizer_restored": int(restored),
+            "train/processes": eng.world_size(),
+            "train/lr": float(engine.optimizer.param_groups[0]["lr"]),
+            **memory.rank_memory(engine)}
+        if stats["kl"]:
+            out["train/kl"] = float(np.mean(stats["kl"]))
+        if stats["replay_nll"]:
+            out["train/replay_nll"] = float(np.mean(stats["replay_nll"]))
+        out.update(self.gap.metrics())
+        if stale:
+            out.update({"train/stale_samples": len(stale),
+                        "train/staleness": self.version - min(stale)})
+        if self.correct:
+            n = max(self.is_stats["tokens"], 1.0)
+            out.update({"train/is_weight_mean": self.is_stats["weight"] / n,
+                        "train/is_weight_capped": self.is_stats["capped"] / n})
+        return out
+
+
 def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: PolicyConfig,
                 rl: RLConfig, temperature: float, seed: int,
                 replay: Sequence[tuple[str, str]] = ()) -> dict:
@@ -311,17 +514,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     live = [s for s in counted if _moves(s, rl)]
     model = prepare_for_training(load_policy(str(src / "model")), policy)
     tok = tokenizer_of(model)
-    orders, order = [], list(range(len(live)))
-    rng = random.Random(seed + version)
-    for _ in range(rl.epochs if live else 0):
-        rng.shuffle(order)
-        orders.append(list(order))
-    lengths = [min(len(s.prompt_ids) + len(s.completion_ids), policy.max_len) for s in live]
-    units = [_units(s, policy, rl) for s in live]
-    total_units = sum(_units(s, policy, rl) for s in counted)
-    eng.setup_distributed()
-    plan = plan_update(orders, lengths, units, rl.micro_batch_size, rl.micro_batch_tokens,
-                       eng.world_size(), eng.rank(), total_units)
+    plan = _plan(live, counted, policy, rl, random.Random(seed + version))
     engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
     if rl.lr_schedule == "constant":
         for group in engine.optimizer.param_groups:
@@ -331,110 +524,24 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     # needs each token's log-prob under the starting weights (`prox`, by live index).
     stale = [s.version for s in live if s.version is not None and s.version != version]
     correct = bool(stale) or any(s.engine_sampled for s in live)
-    prox: dict[int, list[float]] = {}
-    if correct:
-        prox = starting_logprobs(engine, live, plan, tok, policy, rl, temperature)
-    gap = LogprobGap()
-    is_stats = {"weight": 0.0, "capped": 0.0, "tokens": 0.0}
-    loss_fn = LOSSES[rl.algorithm]
-    extra = {"dual_clip": rl.dual_clip} if rl.algorithm == "ppo" else {}
-    t0, n_tokens = time.perf_counter(), 0
-    stats: dict[str, list[float]] = {"loss": [], "clip_frac": [], "kl": [], "replay_nll": []}
-    replay_rng = random.Random(f"replay:{seed}:{version}:{eng.rank()}")
-    replay_on = rl.replay_coef > 0
+    prox = starting_logprobs(engine, live, plan, tok, policy, rl, temperature) if correct else {}
+    update = _Update(engine, tok, live, policy, rl, temperature, version, reference, correct,
+                     prox, replay, random.Random(f"replay:{seed}:{version}:{eng.rank()}"))
+    t0 = time.perf_counter()
     for e, epoch in enumerate(plan.steps):
         threads.retune()  # an update can be minutes long: follow a neighbour that came or went
         shown = Progress(f"rl update v{version} -> v{version + 1}, epoch {e + 1}/{len(plan.steps)}",
                          len(epoch), "micro-batches", enabled=eng.rank() == 0)
         for mb in shown.over(epoch):
-            part = [live[i] for i in mb.indices]
-            b = make_batch([s.prompt_ids for s in part], [s.completion_ids for s in part],
-                           tok.pad_token_id, policy.max_len, [s.completion_mask for s in part])
-            b.to(engine.device)
-            with autocast(rl.autocast, engine.device):
-                logp = token_logprobs(engine, b, temperature, tok.banned_ids)
-            old = _per_token(part, [s.old_logprobs for s in part], logp.shape[1]).to(logp.device)
-            is_weight = None
-            if e == 0:  # the starting weights: the sampler's log-probs of its own samples
-                on = [r for r, x in enumerate(part) if x.version in (None, version)]
-                if on:
-                    gap.add(logp[on], old[on], b.loss_mask[on])
-            if correct:
-                if e == 0:  # no optimizer step before epoch 1: these are the starting weights
-                    for row, i in enumerate(mb.indices):
-                        prox.setdefault(i, completion_values(logp, row, part[row]))
-                sampler, old = old, _per_token(part, [prox[i] for i in mb.indices],
-                                               logp.shape[1]).to(logp.device)
-                is_weight, counts = truncated_is(old, sampler, b.loss_mask,
-                                                  rl.off_policy_is_cap)
-                if mb.weight:
-                    for k in is_stats:
-                        is_stats[k] += counts[k]
-            if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
-                adv = _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
-                                        for s in part], logp.shape[1])
-            else:
-                adv = torch.tensor([s.advantage for s in part], dtype=torch.float32)
-            loss, info = loss_fn(logp, old, adv.to(logp.device), b.loss_mask, rl.clip_eps,
-                                 rl.loss_aggregation, rl.clip_eps_high, policy.max_len, **extra,
-                                 is_weight=is_weight)
-            if reference is not None:
-                with torch.no_grad(), reference_view(engine, reference), \
-                        autocast(rl.autocast, engine.device):
-                    ref_logp = token_logprobs(engine if reference == ADAPTERS_OFF else reference,
-                                              b, temperature, tok.banned_ids)
-                kl, kinfo = kl_penalty(logp, ref_logp, b.loss_mask, rl.kl_estimator,
-                                       rl.loss_aggregation, policy.max_len)
-                loss = loss + rl.kl_coef * kl
-                info.update(kinfo)
-            if replay_on and mb.weight:  # only the pairs drawn are tokenized
-                pick = [_encode_pair(tok, *replay[replay_rng.randrange(len(replay))])
-                        for _ in range(rl.replay_per_step)]
-                rb = make_batch([d[0] for d in pick], [d[1] for d in pick], tok.pad_token_id,
-                                policy.max_len)
-                rb.to(engine.device)
-                with autocast(rl.autocast, engine.device):
-                    nll = sft_loss(token_logprobs(engine, rb), rb.loss_mask)
-                loss = loss + rl.replay_coef * nll
-                stats["replay_nll"].append(float(nll.detach()))
-            engine.backward(loss * mb.weight)
-            engine.step()
+            update.step(mb, first_epoch=e == 0)
             if mb.weight:
-                n_tokens += int(b.attention_mask.sum())
-                stats["loss"].append(float(loss.detach()))
-                stats["clip_frac"].append(info["clip_frac"])
-                if "kl" in info:
-                    stats["kl"].append(info["kl"])
-                shown.set(loss=float(np.mean(stats["loss"][-20:])))
-    seconds = time.perf_counter() - t0
-    metrics = {
-        "train/loss": float(np.mean(stats["loss"])) if stats["loss"] else 0.0,
-        "train/clip_frac": float(np.mean(stats["clip_frac"])) if stats["clip_frac"] else 0.0,
-        "train/sequences": len(live), "train/skipped_zero_adv": len(counted) - len(live),
-        "train/seconds": seconds,
-    }
-    extra_metrics = {"train/tokens": n_tokens, "train/tokens_per_s": n_tokens / max(seconds, 1e-9),
-                     "train/micro_steps": plan.accum * len(plan.steps),
-                     "train/optimizer_restored": int(restored), "train/processes": eng.world_size(),
-                     "train/lr": float(engine.optimizer.param_groups[0]["lr"]),
-                     **memory.rank_memory(engine)}
-    if stats["kl"]:
-        extra_metrics["train/kl"] = float(np.mean(stats["kl"]))
-    if stats["replay_nll"]:
-        extra_metrics["train/replay_nll"] = float(np.mean(stats["replay_nll"]))
-    extra_metrics.update(gap.metrics())
-    if stale:
-        extra_metrics.update({"train/stale_samples": len(stale),
-                              "train/staleness": version - min(stale)})
-    if correct:
-        n = max(is_stats["tokens"], 1.0)
-        extra_metrics.update({"train/is_weight_mean": is_stats["weight"] / n,
-                              "train/is_weight_capped": is_stats["capped"] / n})
-    meta = {"version": version + 1, "kind": rl.algorithm,
-            **metrics, **extra_metrics, "engine": eng.engine_facts(rl), "rl": rl.model_dump(),
-            "policy": policy.model_dump()}
-    _publish(engine, run_dir, version + 1, meta)
-    return {**metrics, **extra_metrics}
+                shown.set(loss=float(np.mean(update.stats["loss"][-20:])))
+    metrics = update.metrics(time.perf_counter() - t0, len(counted) - len(live),
+                             plan.accum * len(plan.steps), restored, stale)
+    _publish(engine, run_dir, version + 1, {"version": version + 1, "kind": rl.algorithm,
+                                            **metrics, "engine": eng.engine_facts(rl),
+                                            "rl": rl.model_dump(), "policy": policy.model_dump()})
+    return metrics
 
 
 def _reference(run_dir: str, rl: RLConfig, device,
