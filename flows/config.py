@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from envs.agent import EpisodeConfig
 from envs.sources import SourceConfig
+from flows.tracking import TrackerName, unavailable
 from rewards.aggregate import RewardConfig
 from sandbox.config import SandboxConfig
 from training.config import PolicyConfig, RLConfig, SamplingConfig, SFTConfig
@@ -143,7 +144,7 @@ class RunConfig(BaseModel):
                                     "(off by default)")
     threads: ThreadsConfig = Field(ThreadsConfig(), description="the CPU budget: torch "
                                    "threads of the flow's process")
-    tracking: list[Literal["tensorboard", "mlflow", "wandb"]] = Field(
+    tracking: list[TrackerName] = Field(
         default_factory=list, description="experiment trackers that also receive each "
         "iteration's metrics and the resolved config, offline, in files under the run's folder "
         "(flows/tracking.py): tensorboard, mlflow (a local file store), wandb (offline mode); "
@@ -314,7 +315,6 @@ def validate_config(raw: dict) -> RunConfig:
     from envs.base import EnvError  # noqa: PLC0415
     from envs.io.procedural import FAMILIES  # noqa: PLC0415
     from envs.sources import build_pool  # noqa: PLC0415
-    from flows.tracking import unavailable  # noqa: PLC0415
 
     missing = unavailable(cfg.tracking)  # before a run starts, not at its first iteration's end
     if missing:

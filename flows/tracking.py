@@ -30,7 +30,7 @@ from typing import Literal
 
 import yaml
 
-TrackerName = Literal["tensorboard", "mlflow", "wandb"]
+TrackerName = Literal["tensorboard", "mlflow", "wandb"]  # RunConfig.tracking's names
 
 # name -> (module it imports, what to install when it is missing). The pins are those of
 # requirements.txt; mlflow-skinny is the tracking client without the UI server (the full
@@ -180,7 +180,7 @@ class WandB:
 
 BACKENDS = {"tensorboard": TensorBoard, "mlflow": MLflow, "wandb": WandB}
 _OPEN: dict[str, dict[str, object]] = {}  # run dir -> tracker name -> open tracker
-_FAILED: dict[str, set[str]] = {}  # run dir -> trackers that could not open (warned once)
+_FAILED: dict[str, set[str]] = {}  # run dir -> trackers that failed (warned once, left out)
 
 
 def open_tracker(name: str, cfg) -> object:
