@@ -109,6 +109,15 @@ class AgentEnv(Environment):
     def sft_tasks(self) -> list[Task]:
         return FunctionsEnv(self.config.procedural).sft_tasks()
 
+    def grade(self, task: Task, answer: str, ctx: StepContext, infra_retries: int = 2):  # noqa: ANN201
+        """An answer given whole (`rollforge tasks check`'s reference and trivial answers) is
+        graded as an episode's submitted solution.py is: by the io kind's hidden tests
+        (envs/agent/grading.py scores it with envs.score.score, which is the io grader)."""
+        return FunctionsEnv(self.config.procedural).grade(task, answer, ctx, infra_retries)
+
+    def trivial_answers(self, task: Task) -> dict[str, str]:
+        return FunctionsEnv(self.config.procedural).trivial_answers(task)
+
     def validate(self, task: Task) -> Task:
         problems = function_problems(task)
         if problems:

@@ -133,3 +133,18 @@ def test_the_agent_kind_lists_the_issue_attack_and_its_obfuscated_forms(tasks):
     names = {a.name for a in AgentEnv(SHAPED).attacks(tasks[0])}
     assert {"atexit_count", "atexit_import_concat", "getattr_chain", "exec_built_string",
             "del_printer", "os_write_fd1", "dev_stdout", "late_thread"} <= names
+
+
+def test_an_answer_given_whole_is_graded_as_the_episodes_submitted_solution(ctx, tasks):
+    # `rollforge tasks check --kind agent` grades references and trivial answers this way: the
+    # same verdict the episode's final grade gives the same text written to solution.py
+    from envs.quality import check_task
+
+    env = AgentEnv(SHAPED)
+    task = tasks[0]
+    checked = check_task(task, ctx.sandbox, LIMITS, env=env)
+    assert checked.ok and checked.reference_reward == 1.0, checked
+    result, _ = play(env, task, ctx, whole(task, task.reference) + "<submit/>")
+    assert result.info["grade"].solved
+    wrong, _ = env.grade(task, "    return None\n", ctx)
+    assert not wrong.solved and wrong.reward <= 0
