@@ -29,6 +29,7 @@ def test_the_table_counts_attacks_tried_credited_and_flagged_and_exits_0_when_al
     (["io", "--options", "{not json"], "not JSON"),
     (["io", "--tasks", "0"], "--tasks"),
     (["no-such-kind"], "no-such-kind"),
+    (["openenv"], "no hack suite"),
 ])
 def test_bad_input_exits_2_naming_what_is_wrong(capsys, argv, word):
     assert main(["hacks", *argv]) == 2
