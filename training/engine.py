@@ -38,13 +38,22 @@ def setup_distributed() -> None:
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
+    # The rendezvous address is set here only for the group's start and taken away again:
+    # left in os.environ, every process this one starts (a CLI run a test spawns, a `gateway
+    # --train`) would inherit the port this process's group still holds and fail with
+    # EADDRINUSE instead of picking its own.
+    ours = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(_free_port()))
     from training.build_lock import watched  # noqa: PLC0415
 
-    with watched():  # a build lock left by a process killed mid-build would block forever
-        deepspeed.init_distributed(dist_backend="nccl" if torch.cuda.is_available() else "gloo",
-                                   verbose=False)
+    try:
+        with watched():  # a build lock left by a process killed mid-build would block forever
+            deepspeed.init_distributed(
+                dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
+    finally:
+        for k in ours:
+            os.environ.pop(k, None)
     if world_size() == 1:
         atexit.register(teardown_distributed, sync=False)
 

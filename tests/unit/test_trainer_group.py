@@ -4,6 +4,7 @@ start-up being reported and shut down (not waited on)."""
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,8 @@ from flows.config import ConfigError, load_config
 from flows.rollouts import launcher_vars
 from training import group, rank_spawn
 from training.config import RLConfig
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "many", "true", "1.5"])
@@ -333,3 +336,25 @@ def test_a_silent_client_does_not_stretch_the_start_deadline(tmp_path, monkeypat
     assert not stalled, "the start outlived its deadline behind a silent client"
     assert isinstance(out.get("error"), group.RankFailure), out
     assert "did not connect within 3s" in str(out["error"])
+
+
+def test_a_world_of_one_leaves_no_rendezvous_port_for_its_children_to_inherit():
+    """The process holds its group's port until it exits; a child that inherited MASTER_PORT
+    would try to bind the same port (EADDRINUSE) instead of taking a free one."""
+    script = (
+        "import os, subprocess, sys\n"
+        "from training.engine import setup_distributed, world_size\n"
+        "setup_distributed()\n"
+        "assert world_size() == 1\n"
+        "print('@', 'MASTER_PORT' in os.environ, 'MASTER_ADDR' in os.environ)\n"
+        "child = subprocess.run([sys.executable, '-c', 'from training.engine import "
+        "setup_distributed, rank; setup_distributed(); print(\"@\", rank())'], capture_output=True,"
+        " text=True, timeout=300)\n"
+        "print('@', child.returncode, *[l for l in child.stdout.splitlines() if l[:1] == '@'],"
+        " child.stderr[-2000:])\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("@")]  # not DeepSpeed's
+    assert lines[0] == "@ False False"
+    assert lines[1].startswith("@ 0 @ 0"), proc.stdout
