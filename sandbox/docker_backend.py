@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import base64
 import logging
+import secrets
 import threading
 import time
 from typing import Mapping, Sequence
@@ -47,6 +48,7 @@ class DockerSandbox:
         self._idle: dict[tuple[int, int], list[Container]] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self.pool_id = secrets.token_hex(6)  # the label its containers carry (POOL_LABEL)
         reaped = reap(self.client)
         if reaped:
             log.info("removed %d sandbox containers left behind by a crashed owner", len(reaped))
@@ -56,7 +58,7 @@ class DockerSandbox:
 
     def _spec(self, limits: Limits) -> ContainerSpec:
         return ContainerSpec(self.image, limits.memory_mb, limits.pids, self.cpus,
-                             self.workspace_mb)
+                             self.workspace_mb, self.pool_id)
 
     def _prewarm(self, limits: Limits) -> None:
         spec = self._spec(limits)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import secrets
 import socket
@@ -15,8 +16,12 @@ from sandbox.docker_server import SERVER_SOURCE
 
 LABEL = "rollforge.sandbox"
 OWNER_LABEL = "rollforge.owner"
+# one DockerSandbox's containers (`docker ps --filter label=rollforge.pool=ID`): a process may
+# hold several sandboxes, each closing only its own
+POOL_LABEL = "rollforge.pool"
 _MARK = b"\n@rollforge "
 _CGROUP_ROOT = "/sys/fs/cgroup/memory"
+log = logging.getLogger(__name__)
 
 
 class ContainerError(RuntimeError):
@@ -44,16 +49,34 @@ def owner_alive(owner: str) -> bool:
     return pid.isdigit() and _proc_start(int(pid)) == start
 
 
+def remove_container(container, attempts: int = 5) -> bool:
+    """Force-remove `container`, retrying: on a busy engine `rm -f` can fail transiently ("did
+    not receive an exit event", "removal already in progress", a client timeout), and a
+    container given up on stays until its owner is gone and the reaper runs. True when it is
+    gone."""
+    from docker.errors import NotFound
+
+    for attempt in range(attempts):
+        try:
+            container.remove(force=True)
+            return True
+        except NotFound:
+            return True
+        except Exception as exc:  # noqa: BLE001 - any engine error is worth another try
+            if attempt == attempts - 1:
+                log.warning("could not remove sandbox container %s: %s", container.id[:12], exc)
+                return False
+            time.sleep(0.25 * 2 ** attempt)
+    return False
+
+
 def reap(client) -> list[str]:
     """Remove sandbox containers whose owning process on this host is gone. Returns their ids."""
     removed = []
     for c in client.containers.list(all=True, filters={"label": LABEL}):
         if not owner_alive(c.labels.get(OWNER_LABEL, "")):
-            try:
-                c.remove(force=True)
+            if remove_container(c, attempts=2):
                 removed.append(c.id)
-            except Exception:  # already gone, or being removed by another reaper
-                pass
     return removed
 
 
@@ -64,6 +87,7 @@ class ContainerSpec:
     pids: int
     cpus: float
     workspace_mb: int
+    pool: str = ""
 
     def create_kwargs(self) -> dict:
         ws = f"size={self.workspace_mb}m,mode=1777,nosuid,nodev"
@@ -82,7 +106,7 @@ class ContainerSpec:
                          "PYTHONHASHSEED": "0", "PATH": "/usr/local/bin:/usr/bin:/bin"},
             ulimits=[{"Name": "nofile", "Soft": 256, "Hard": 256},
                      {"Name": "core", "Soft": 0, "Hard": 0}],
-            labels={LABEL: "1", OWNER_LABEL: owner_id()},
+            labels={LABEL: "1", OWNER_LABEL: owner_id(), POOL_LABEL: self.pool},
         )
 
 
@@ -213,10 +237,7 @@ class Container:
             self._sock_io.close()
         except Exception:
             pass
-        try:
-            self.container.remove(force=True)
-        except Exception:
-            pass
+        remove_container(self.container)
 
 
 def engine_unavailable() -> str | None:

@@ -11,7 +11,8 @@ import threading
 import pytest
 
 from sandbox.base import Limits
-from sandbox.docker_container import LABEL, OWNER_LABEL, engine_unavailable, owner_id, reap
+from sandbox.docker_container import (LABEL, OWNER_LABEL, POOL_LABEL, engine_unavailable, owner_id,
+                                      reap)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 _WHY = engine_unavailable()
@@ -28,8 +29,12 @@ def client():
     return docker.from_env()
 
 
-def ours(client) -> list:
-    return client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner_id()}"})
+def ours(client, sbx) -> list:
+    """`sbx`'s containers: another sandbox of this process (a cached repo-layer sandbox of an
+    earlier module) keeps its own until it closes."""
+    mine = client.containers.list(all=True, filters={"label": f"{POOL_LABEL}={sbx.pool_id}"})
+    assert all(c.labels[OWNER_LABEL] == owner_id() for c in mine)
+    return mine
 
 
 @pytest.fixture
@@ -39,7 +44,7 @@ def sandbox(client):
     sbx = DockerSandbox(pool_size=1)
     yield sbx
     sbx.close()
-    assert ours(client) == []  # close() removes every container this process made
+    assert ours(client, sbx) == []  # close() removes every container the sandbox made
 
 
 def run_py(sbx, src: str, limits: Limits = Limits(), **kw):
@@ -80,7 +85,7 @@ def test_warm_container_is_reused_and_reset_between_executions(sandbox, client):
                              "sorted(['1', str(os.getpid())]))")
     assert first.status == "ok"
     assert second.stdout == "False ['main.py'] True\n"
-    assert len(ours(client)) == 1
+    assert len(ours(client, sandbox)) == 1
 
 
 def test_stdin_and_collected_files(sandbox):
@@ -107,7 +112,7 @@ def test_concurrent_runs_from_threads_each_get_their_own_output(sandbox):
 
 def test_container_killed_from_outside_is_infra_error_then_a_fresh_one_serves(sandbox, client):
     assert run_py(sandbox, "pass").status == "ok"
-    (victim,) = ours(client)
+    (victim,) = ours(client, sandbox)
     victim.kill()
     broken = run_py(sandbox, "print(1)")
     assert broken.status == "infra_error" and broken.error and broken.exit_code is None
@@ -121,7 +126,7 @@ def test_cold_start_mode_leaves_no_container_behind(client):
     sbx = DockerSandbox(pool_size=0)
     r = run_py(sbx, "print('cold')")
     assert (r.status, r.stdout) == ("ok", "cold\n")
-    assert ours(client) == []
+    assert ours(client, sbx) == []
     sbx.close()
 
 
