@@ -10,18 +10,11 @@ from __future__ import annotations
 
 import atexit
 import os
-import socket
 from typing import Any, Callable
 
 import torch
 
 from training.config import RLConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def setup_distributed() -> None:
@@ -34,26 +27,23 @@ def setup_distributed() -> None:
 
     if dist.is_available() and dist.is_initialized():
         return
+    from training.build_lock import watched  # noqa: PLC0415
+
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    alone = "MASTER_PORT" not in os.environ and os.environ.get("WORLD_SIZE", "1") == "1"
     # Launched alone (not by `deepspeed`/torchrun): a world of one process.
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
-    # The rendezvous address is set here only for the group's start and taken away again:
-    # left in os.environ, every process this one starts (a CLI run a test spawns, a `gateway
-    # --train`) would inherit the port this process's group still holds and fail with
-    # EADDRINUSE instead of picking its own.
-    ours = [k for k in ("MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
-    from training.build_lock import watched  # noqa: PLC0415
-
-    try:
-        with watched():  # a build lock left by a process killed mid-build would block forever
-            deepspeed.init_distributed(
-                dist_backend="nccl" if torch.cuda.is_available() else "gloo", verbose=False)
-    finally:
-        for k in ours:
-            os.environ.pop(k, None)
+    if alone:
+        # Its store lives in this process: no port. A port picked free and bound later was
+        # taken in between by another process's connection (the first start compiles
+        # DeepSpeed's CPU op, a minute, in that gap), and a MASTER_PORT left in os.environ
+        # was inherited by every process this one starts, binding the port it still held.
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    with watched():  # a build lock left by a process killed mid-build would block forever
+        # on a group made above, DeepSpeed takes it as it is (and builds its CPU op)
+        deepspeed.init_distributed(dist_backend=backend, verbose=False)
     if world_size() == 1:
         atexit.register(teardown_distributed, sync=False)
 

@@ -40,7 +40,8 @@ def apply_defaults() -> None:
         os.environ["PREFECT_LOGGING_EXTRA_LOGGERS"] = ",".join([*extra, PROGRESS_LOGGER])
 
 
-DISTRIBUTED_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+DISTRIBUTED_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                    "TORCHELASTIC_USE_AGENT_STORE")
 
 
 def standalone_env() -> dict[str, str]:

@@ -48,6 +48,7 @@ import subprocess
 import threading
 import time
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from multiprocessing.connection import Connection, answer_challenge, deliver_challenge, wait
 from pathlib import Path
 from typing import Sequence
@@ -82,12 +83,6 @@ def resolve_processes(processes: int | str, client=None) -> int:
     for facts in client.run(rank_spawn.worker_facts).values():
         hosts[facts["host"]] = max(hosts.get(facts["host"], 0), facts["gpus"])
     return max(1, sum(hosts.values()))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 def _rank_threads(ranks_here: int, cpus: int | None = None, share: float = 1.0) -> int:
@@ -182,6 +177,7 @@ class TrainerGroup:
         self.remote: dict[str, list[int]] = {}  # dask placement: worker -> pids
         self.conns: list[Connection] = []
         self.slots: list[Slot] = []
+        self._store = None
         try:
             self._start(start_timeout_s)
         except BaseException:
@@ -194,12 +190,15 @@ class TrainerGroup:
         authkey = os.urandom(32)
         server = socket.create_server((me, 0), backlog=max(16, self.world))
         server.settimeout(1.0)  # accept wakes every second to look for ranks that died
-        if self.client is None:
-            master_port = _free_port()
-        else:
-            w0 = self.slots[0].worker
-            master_port = self.client.run(_free_port, workers=[w0])[w0]
-        common = {"MASTER_ADDR": self.slots[0].host, "MASTER_PORT": str(master_port),
+        # The ranks' rendezvous store is served from here for the group's life, on a port the
+        # kernel gave it (torchrun's agent store): a port picked free and bound later by rank
+        # 0, after its imports, could be taken in between by any process's connection.
+        from torch.distributed import TCPStore  # noqa: PLC0415
+
+        self._store = TCPStore(me, 0, self.world, True, timeout=timedelta(seconds=timeout_s),
+                               wait_for_workers=False)
+        common = {"MASTER_ADDR": me, "MASTER_PORT": str(self._store.port),
+                  "TORCHELASTIC_USE_AGENT_STORE": "True",
                   "WORLD_SIZE": str(self.world), ADDR_ENV: f"{me}:{server.getsockname()[1]}",
                   KEY_ENV: authkey.hex()}
         if self.client is not None:
@@ -353,6 +352,7 @@ class TrainerGroup:
         for c in self.conns:
             c.close()
         self.procs, self.remote, self.conns = [], {}, []
+        self._store = None  # the ranks that used it are gone
 
 
 def _handshake(sock: socket.socket, authkey: bytes, timeout_s: float

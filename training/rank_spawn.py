@@ -15,7 +15,8 @@ from training.rank import ADDR_ENV, KEY_ENV
 
 _REPO = Path(__file__).resolve().parent.parent
 _DIST_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-              "LOCAL_WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE", ADDR_ENV, KEY_ENV)
+              "TORCHELASTIC_USE_AGENT_STORE", "LOCAL_WORLD_SIZE", "CROSS_RANK", "CROSS_SIZE",
+              ADDR_ENV, KEY_ENV)
 
 
 def host_of(address: str) -> str:
