@@ -124,6 +124,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _port_taken(log_path: Path) -> bool:
+    """Whether the server's log ends on a failed bind of its port."""
+    try:
+        tail = log_path.read_text(errors="replace")[-4000:]
+    except OSError:
+        return False
+    return "Address already in use" in tail or "EADDRINUSE" in tail
+
+
 def engine_python(venv: str | Path = DEFAULT_VENV) -> Path:
     """The engine venv's interpreter, or EngineError saying how to build it."""
     py = Path(venv) / "bin" / "python"
@@ -193,24 +202,42 @@ class VLLMServer:
             return self
         s = self.settings
         py = engine_python(s.venv)
-        port = s.port or free_port(s.host)
+        t0 = time.monotonic()
+        # A free port is picked here and bound by the server after its imports; another
+        # process can take it in between. Then (only for a port rollforge chose) another one.
+        for attempt in range(3):
+            port = s.port or free_port(s.host)
+            self._launch(str(py), port)
+            if self._wait_healthy(t0, retry_port=s.port is None and attempt < 2):
+                break
+        self.starts.append(time.monotonic() - t0)
+        return self
+
+    def _launch(self, python: str, port: int) -> None:
+        s = self.settings
         log_dir = Path(s.log_dir) if s.log_dir else Path(tempfile.mkdtemp(prefix="rollforge-vllm-"))
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = log_dir / f"server-{port}.log"
         self._log_file = open(self.log_path, "ab")
-        t0 = time.monotonic()
         # Its own session (process group): stop() ends the API server and the engine-core
         # process it spawns together, and a ^C to the run is not also delivered to them.
-        self.proc = subprocess.Popen(watched(s.command(str(py), port), os.getpid()),
+        self.proc = subprocess.Popen(watched(s.command(python, port), os.getpid()),
                                      env=s.environment(), cwd=str(ROOT), stdin=subprocess.DEVNULL,
                                      stdout=self._log_file, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         _live.add(self)
         self.base_url = f"http://{s.host}:{port}"
+
+    def _wait_healthy(self, t0: float, retry_port: bool) -> bool:
+        """True once healthy; False when it exited because its port was taken and `retry_port`
+        allows another; EngineError otherwise."""
+        s = self.settings
         while not healthy(self.base_url):
             if self.proc.poll() is not None:
                 code = self.proc.returncode
                 self.stop()
+                if retry_port and _port_taken(self.log_path):
+                    return False
                 raise EngineError(f"the vLLM server exited with code {code} while starting: see "
                                   f"its log {self.log_path}{self._tail()}\nIf the engine's venv is "
                                   "broken, rebuild it: `make engine`")
@@ -219,8 +246,7 @@ class VLLMServer:
                 raise EngineError(f"the vLLM server was not healthy after {s.start_timeout_s:.0f}s: "
                                   f"see its log {self.log_path}{self._tail()}")
             time.sleep(1.0)
-        self.starts.append(time.monotonic() - t0)
-        return self
+        return True
 
     def alive(self) -> bool:
         """Whether the server answers /health (and, when managed, its process runs)."""
