@@ -55,6 +55,14 @@ class Server:
     def __init__(self, argv: list[str], what: str, cwd: str | None, python_path: list[str],
                  start_timeout_s: float) -> None:
         self.what = what
+        # The port is picked free here and bound by the server after its imports: another
+        # process can take it in between; then the server starts again on another one.
+        for attempt in range(3):
+            self._launch(argv, cwd, python_path)
+            if self._wait(start_timeout_s, retry_port=attempt < 2):
+                return
+
+    def _launch(self, argv: list[str], cwd: str | None, python_path: list[str]) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         exe = venv_python()
@@ -71,19 +79,22 @@ class Server:
         self.proc = subprocess.Popen([exe, str(LAUNCH), str(os.getpid()), *argv],
                                      cwd=cwd, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
-        self._wait(start_timeout_s)
 
-    def _wait(self, timeout_s: float) -> None:
+    def _wait(self, timeout_s: float, retry_port: bool) -> bool:
+        """True once it answers; False when it exited on a port taken and may try another."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.log.seek(0)
                 err = self.log.read().decode(errors="replace")
+                if retry_port and "address already in use" in err.lower():
+                    self.log.close()
+                    return False
                 raise EnvError(f"OpenEnv server {self.what} exited with code "
                                f"{self.proc.returncode} before it answered: {err.strip()[-800:]}")
             try:
                 get_json(self.url, "/health", 1.0)
-                return
+                return True
             except ServerUnreachable:
                 time.sleep(0.1)
         self.stop()

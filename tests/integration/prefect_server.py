@@ -87,18 +87,30 @@ def prefect_server(home: Path, ui: bool = False, args: tuple[str, ...] = ()):
     """(api base URL, env for processes that talk to it); the server is stopped on the way
     out. The scheduler loop and the runner's polling are shortened (2 s). `args`: more
     `rollforge server` options (`--database URL`)."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}/api"
-    env = {**standalone_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
-           "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2", "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
-    log = open(home / "server.log", "w")
-    proc = subprocess.Popen([*ROLLFORGE, "server", "--port", str(port), *args]
-                            + ([] if ui else ["--no-ui"]),
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    for attempt in range(3):
+        # the port is bound by the server seconds after it is picked: another process can take
+        # it in between, and then the server is started again on another one
+        port = free_port()
+        base = f"http://127.0.0.1:{port}/api"
+        env = {**standalone_env(), "PREFECT_HOME": str(home), "PREFECT_API_URL": base,
+               "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+               "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+               "PREFECT_RUNNER_POLL_FREQUENCY": "2"}
+        log = open(home / "server.log", "w")
+        proc = subprocess.Popen([*ROLLFORGE, "server", "--port", str(port), *args]
+                                + ([] if ui else ["--no-ui"]),
+                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            wait("the Prefect server", lambda: api(base, "GET", "/health"), 180, [proc])
+            break
+        except AssertionError:
+            stop(proc)
+            log.close()
+            taken = "already in use" in (home / "server.log").read_text()  # the port
+            if not taken or attempt == 2:
+                raise
     try:
-        wait("the Prefect server", lambda: api(base, "GET", "/health"), 180, [proc])
         yield base, env
     finally:
         stop(proc)

@@ -220,3 +220,32 @@ def test_started_servers_stop(guess):
     for url in urls:  # the command's own process too
         with pytest.raises(ServerUnreachable):
             get_json(url, "/health", 1.0)
+
+
+def test_a_server_whose_port_was_taken_before_its_bind_starts_on_another(tmp_path):
+    """The port is picked free and bound by the server after its imports; a server that
+    exits saying it is in use is started again on another port (a stand-in server here)."""
+    fake = tmp_path / "fake_server.py"
+    fake.write_text(
+        "import http.server, sys\n"
+        "port, marker = int(sys.argv[1]), sys.argv[2]\n"
+        "with open(marker, 'a') as fh:\n"
+        "    fh.write(f'{port}\\n')\n"
+        "if len(open(marker).read().split()) == 1:\n"
+        "    sys.exit(f'[Errno 98] error while attempting to bind on {port}: address already "
+        "in use')\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200); self.send_header('Content-Type', 'application/json')\n"
+        "        self.end_headers(); self.wfile.write(b'{}')\n"
+        "http.server.HTTPServer(('127.0.0.1', port), H).serve_forever()\n")
+    marker = tmp_path / "ports"
+    srv = server.Server(["command", "python", str(fake), "{port}", str(marker)], "stand-in", None,
+                        [], 60)
+    try:
+        ports = marker.read_text().split()
+        assert len(ports) == 2 and ports[0] != ports[1]
+        assert srv.url == f"http://127.0.0.1:{ports[1]}"
+        assert get_json(srv.url, "/health", 5.0) == {}
+    finally:
+        srv.stop()
