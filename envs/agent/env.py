@@ -6,6 +6,7 @@ section; its own tasks are procedural ones (`procedural`), or a source's task fi
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Literal
 
@@ -103,20 +104,25 @@ class AgentEnv(Environment):
     def step_budget_s(self, sandbox_timeout_s: float) -> float:
         return self.config.time_budget_s + 10.0
 
+    @functools.cached_property
+    def functions(self) -> FunctionsEnv:
+        """The io kind over the same procedural tasks: it draws them and grades a whole answer."""
+        return FunctionsEnv(self.config.procedural)
+
     def generate(self) -> list[Task]:
-        return FunctionsEnv(self.config.procedural).generate()
+        return self.functions.generate()
 
     def sft_tasks(self) -> list[Task]:
-        return FunctionsEnv(self.config.procedural).sft_tasks()
+        return self.functions.sft_tasks()
 
     def grade(self, task: Task, answer: str, ctx: StepContext, infra_retries: int = 2):  # noqa: ANN201
         """An answer given whole (`rollforge tasks check`'s reference and trivial answers) is
         graded as an episode's submitted solution.py is: by the io kind's hidden tests
         (envs/agent/grading.py scores it with envs.score.score, which is the io grader)."""
-        return FunctionsEnv(self.config.procedural).grade(task, answer, ctx, infra_retries)
+        return self.functions.grade(task, answer, ctx, infra_retries)
 
     def trivial_answers(self, task: Task) -> dict[str, str]:
-        return FunctionsEnv(self.config.procedural).trivial_answers(task)
+        return self.functions.trivial_answers(task)
 
     def validate(self, task: Task) -> Task:
         problems = function_problems(task)
