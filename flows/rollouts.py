@@ -109,8 +109,42 @@ def map_within(client, fn, *iterables, timeout_s: float | None, what: str, **kwa
         wait(futures, timeout=timeout_s)
     except TimeoutError:
         done = sum(f.done() for f in futures)
+        where = where_tasks_are(client, [f.key for f in futures if not f.done()])
         client.cancel(futures)
         raise ShardTimeout(f"{len(futures) - done} of {len(futures)} {what} unfinished after "
-                           f"{timeout_s:.0f}s") from None
+                           f"{timeout_s:.0f}s ({where})") from None
     return client.gather(futures)
+
+
+def where_tasks_are(client, keys: list) -> str:
+    """What the scheduler says of unfinished tasks, for the message of a shard that hung: each
+    one's state and, when a worker holds it, that worker's status (a worker paused for memory
+    runs nothing) and how long it has gone without a heartbeat."""
+
+    def ask(dask_scheduler, keys):  # nested: pickled by value, so the scheduler needs no rollforge
+        import time as _time
+
+        out = []
+        for k in keys:
+            ts = dask_scheduler.tasks.get(k)
+            if ts is None:
+                out.append("unknown to the scheduler")
+                continue
+            ws = ts.processing_on
+            if ws is None:
+                out.append(ts.state)
+                continue
+            quiet = _time.time() - ws.last_seen
+            out.append(f"{ts.state} on {ws.address} ({ws.status.name}, last heard "
+                       f"{quiet:.0f}s ago, {len(ws.processing)} tasks there)")
+        return out
+
+    try:
+        states = client.run_on_scheduler(ask, keys=keys)
+    except Exception as exc:  # the message must still be raised without the scheduler
+        return f"the scheduler did not say where they are: {type(exc).__name__}: {exc}"
+    counts: dict[str, int] = {}
+    for st in states:
+        counts[st] = counts.get(st, 0) + 1
+    return "; ".join(f"{n} x {st}" for st, n in sorted(counts.items(), key=lambda x: -x[1]))
 

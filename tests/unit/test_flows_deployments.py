@@ -193,9 +193,11 @@ def test_hung_rollout_shard_is_cancelled_at_its_deadline():
     hang = "    import time\n    time.sleep(30)\n    return 0\n"
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        with pytest.raises(ShardTimeout, match="1 of 1 episode steps unfinished"):
+        with pytest.raises(ShardTimeout, match="1 of 1 episode steps unfinished") as exc:
             step_many(client, [(env_for_task(task), task, hang)], SandboxConfig(timeout_s=4),
                       RewardConfig(per_test_timeout_s=30), timeout_s=1.0)
+    # the message says where the step was: on the one worker, running, heard from
+    assert "1 x processing on " in str(exc.value) and "(running, last heard" in str(exc.value)
 
 
 def test_artifacts_render_the_metrics_table_and_the_reward_curve(tmp_path):
