@@ -62,13 +62,10 @@ run: setup
 # failure.
 ENGINE_LOG := $(VENV)/engine-setup.log
 VERIFIERS_LOG := $(VENV)/verifiers-setup.log
-# TEST_WORKERS=N runs the suite in N pytest-xdist processes, a whole module to each (its module
-# fixtures are made once): two on two cores took 16 min 19 s where one process took 22 min 46 s,
-# but a fresh-clone CI run with two failed twice where one process passes (a torch.distributed
-# rendezvous port taken by the other worker between its pick and its bind; a clean-stop run's
-# episode steps past their 120 s deadline), so the default stays one process until those
-# tests hold under two.
-TEST_WORKERS ?= 0
+# The suite runs in TEST_WORKERS pytest-xdist processes, a whole module to each (its module
+# fixtures are made once; the longest modules go first, tests/conftest.py): two on two cores
+# took 16 min 19 s where one process took 21-25 min. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: setup $(MODEL_STAMP)
 	bash scripts/setup_engine.sh $(ENGINE_VENV) > $(ENGINE_LOG) 2>&1 & engine=$$!; \
 	(bash envs/verifiers/setup_venv.sh && bash envs/openenv/setup_venv.sh) > $(VERIFIERS_LOG) 2>&1 & verifiers=$$!; \
