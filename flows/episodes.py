@@ -31,6 +31,7 @@ from envs.base import Environment, breakdown_of
 from envs.chat import ChatEpisode, ChatRenderer
 from envs.tools import schemas
 from flows.episode_exec import Stepped
+from flows.stop import raise_if_stopped
 from rewards.advantages import advantages_for
 from rewards import outcome
 from rewards.aggregate import RewardBreakdown
@@ -177,7 +178,9 @@ class _Loop:
                 self._dispatch_steps()
                 if not self.flight:
                     return
-                done, _ = wait(list(self.flight), return_when=FIRST_COMPLETED)
+                # woken each second: a stop signal whose exception was dropped (flows/stop.py)
+                done, _ = wait(list(self.flight), timeout=1.0, return_when=FIRST_COMPLETED)
+                raise_if_stopped()
                 for f in sorted(done, key=self.issued.__getitem__):
                     kind, turn, part = self.flight.pop(f)
                     del self.issued[f]

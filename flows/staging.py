@@ -18,6 +18,7 @@ from prefect.utilities.annotations import BaseAnnotation, quote
 
 from flows import stages
 from flows.config import RunConfig
+from flows.stop import raise_if_stopped
 from training import checkpoints
 
 CODE_VERSION = stages.code_version()
@@ -105,11 +106,13 @@ def call_stage(stage, opts: dict, /, **inputs):
     result was stored) runs again and replaces its stored result: a cache hit would return
     what it computed and write nothing. (Its key stays the same, so the stored result is found
     again once the product is back.)"""
+    raise_if_stopped()
     return stage.with_options(**_options(stage, opts, inputs))(**bulky(inputs))
 
 
 def submit_stage(stage, opts: dict, /, **inputs):
     """`call_stage` in the background (the flow's task runner, a thread): its future."""
+    raise_if_stopped()
     return stage.with_options(**_options(stage, opts, inputs)).submit(**bulky(inputs))
 
 

@@ -108,14 +108,36 @@ def stop_on_signals() -> Iterator[None]:
     def handler(signum, _frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _received.append(signum)
         raise Stopped(signum)
 
     before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
+        _received.clear()
         for s, h in before.items():
             signal.signal(s, h)
+
+
+_received: list[int] = []  # signals taken by `stop_on_signals`' handler
+
+
+def raise_if_stopped() -> None:
+    """Raise `Stopped` in the main thread for a signal already received, unless a `Stopped`
+    (or KeyboardInterrupt) is on its way out already. The handler raises it wherever the main
+    thread is; when that is a weakref finalizer or a `__del__` (the garbage collector runs them
+    at any allocation) Python prints "Exception ignored in" and drops it, and the run went on
+    while its Dask workers, which had the same signal, were gone: its next rollouts waited
+    for workers until their deadline (seen in CI). The flow calls this as each stage starts
+    and while it waits on calls in flight, so a dropped stop is taken up there."""
+    import threading  # noqa: PLC0415
+
+    if not _received or threading.current_thread() is not threading.main_thread():
+        return
+    if isinstance(sys.exc_info()[1], (Stopped, KeyboardInterrupt)):
+        return  # a cleanup during the stop itself
+    raise Stopped(_received[-1])
 
 
 def second_signal_ends_it() -> None:

@@ -25,3 +25,41 @@ def test_a_signal_raises_stopped_and_rearms_the_default_for_a_second(sig):
 
 def test_stopped_is_not_an_exception_so_except_exception_does_not_swallow_it():
     assert not issubclass(Stopped, Exception)
+
+
+def test_a_stop_dropped_inside_a_finalizer_is_raised_at_the_next_check(monkeypatch):
+    """The handler's exception, raised while the main thread runs a weakref finalizer (the
+    garbage collector runs them at any allocation), is printed and dropped by Python; the
+    flow's next check (each stage's start, the episode loop's wait) raises it again."""
+    import sys
+    import time
+    import weakref
+
+    from flows.stop import raise_if_stopped
+
+    dropped = []  # what Python reports as "Exception ignored in ..."
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+
+    class Held:
+        pass
+
+    with stop_on_signals():
+        held = Held()
+        weakref.finalize(held, lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(1.0)))
+        del held  # the finalizer runs here: the signal's Stopped is raised in it, and dropped
+        assert [type(d.exc_value) for d in dropped] == [Stopped]
+        with pytest.raises(Stopped, match="SIGINT"):
+            raise_if_stopped()
+        try:  # during the stop's own cleanup the check stays quiet
+            raise Stopped(signal.SIGINT)
+        except Stopped:
+            raise_if_stopped()
+    raise_if_stopped()  # nothing pending once the run's handlers are gone
+
+
+def test_a_stage_does_not_start_once_a_stop_was_received(monkeypatch):
+    from flows import staging, stop
+
+    monkeypatch.setattr(stop, "_received", [signal.SIGTERM])
+    with pytest.raises(Stopped, match="SIGTERM"):
+        staging.call_stage(None, {})
