@@ -46,6 +46,7 @@ DISTRIBUTED_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_P
 
 def standalone_env() -> dict[str, str]:
     """This process's environment for starting another rollforge process on its own: without
-    the process-group variables that an in-process DeepSpeed set-up left behind (the child would
-    try to listen on a port this process still holds)."""
+    the process-group variables a launcher gave this one (RANK, WORLD_SIZE, MASTER_PORT...):
+    the child would join, or try to serve, this process's group instead of making its own. (A
+    world of one made in-process sets none of them: training/engine.py.)"""
     return {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_VARS}
