@@ -5,6 +5,7 @@ bounded `Client.map`. Workers never load the policy: they receive episode steps
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 from sandbox.base import Sandbox
 from sandbox.config import SandboxConfig
@@ -143,8 +144,5 @@ def where_tasks_are(client, keys: list) -> str:
         states = client.run_on_scheduler(ask, keys=keys)
     except Exception as exc:  # the message must still be raised without the scheduler
         return f"the scheduler did not say where they are: {type(exc).__name__}: {exc}"
-    counts: dict[str, int] = {}
-    for st in states:
-        counts[st] = counts.get(st, 0) + 1
-    return "; ".join(f"{n} x {st}" for st, n in sorted(counts.items(), key=lambda x: -x[1]))
+    return "; ".join(f"{n} x {st}" for st, n in Counter(states).most_common())
 
