@@ -237,8 +237,9 @@ class RunConfig(BaseModel):
         _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",
                                                   "lora_targets", "gradient_checkpointing"))
         _pop_defaults(d["rl"], RLConfig, ("autocast",))
-        # Overlap off is how runs before it existed worked: same hash.
+        # Overlap off and episode credit are how runs before them worked: same hash.
         _pop_defaults(d["rl"], RLConfig, ("overlap", "off_policy_is_cap"))
+        _pop_defaults(d["rl"], RLConfig, ("turn_credit", "turn_credit_coef"))
         return d
 
     def hash(self) -> str:

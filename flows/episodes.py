@@ -11,7 +11,8 @@ sampler, concurrent calls for an engine, which batches what is in flight). `sync
 same loop with a barrier at each turn. A single-turn kind ends at its first step, which grades
 the answer; a multi-turn kind ends at its submit, its turn limit or its time budget. Then one
 row per episode goes to the store (`episode_rows`), GRPO gets one advantage per episode (group
-= the task's G episodes) and trains on the policy's tokens only.
+= the task's G episodes), split over its turns with `rl.turn_credit: progress`, and trains on
+the policy's tokens only.
 """
 from __future__ import annotations
 
@@ -32,12 +33,12 @@ from envs.chat import ChatEpisode, ChatRenderer
 from envs.tools import schemas
 from flows.episode_exec import Stepped
 from flows.stop import raise_if_stopped
-from rewards.advantages import advantages_for
+from rewards.advantages import advantages_for, turn_advantages
 from rewards import outcome
 from rewards.aggregate import RewardBreakdown
 from storage.schema import TrajectoryRow
 from tasks.record import Task
-from training.episodes import EpisodeTokens, fit_observation, observation_text
+from training.episodes import EpisodeTokens, fit_observation, observation_text, policy_runs
 from training.generate import Sample
 
 # (turn, contexts, episodes, max_new_tokens, k) -> (one action per context, the seconds the
@@ -73,6 +74,7 @@ class Episode:
     image_digest: str | None = None
     chat: ChatEpisode | None = None  # the messages, where the kind acts through tools
     calls: list[dict] = field(default_factory=list)  # each tool call's outcome (envs/tools.py)
+    progress: list[float | None] = field(default_factory=list)  # per turn: `turn_progress`
 
     @property
     def done(self) -> bool:
@@ -277,6 +279,7 @@ class _Loop:
             seen = fit_observation(tok, r.observation, e.env.obs_tokens) if r.observation else ""
             if r.info.get("action") != "none":  # a real turn (not an end for a full context)
                 e.turn_seconds.append(float(r.info.get("seconds", r.seconds)))
+                e.progress.append(turn_progress(r.info))
                 e.observations.append(seen)
             if r.done:
                 e.final = r.info
@@ -338,6 +341,31 @@ def solved(e: Episode) -> bool | None:
     return outcome.solved(g.tests_passed, g.tests_total, g.hack_flags, g.infra_error)
 
 
+def turn_progress(info: dict) -> float | None:
+    """What one turn's own test run showed, as the share of its tests that passed: the kind's
+    visible counts (`visible_passed`/`visible_total`, the agent kind), else the last tool call
+    of the turn that ran tests (the repo kind's pytest). None: the turn ran no tests, or the
+    turn was flagged (a flagged run's counts are not progress)."""
+    if info.get("hack_flags"):
+        return None
+    counts = [(info.get("visible_passed"), info.get("visible_total"))]
+    counts += [(c.get("tests_passed"), c.get("tests_total"))
+               for c in reversed(info.get("calls") or []) if c.get("status") == "ran"]
+    for passed, total in counts:
+        if type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0:
+            return passed / total
+    return None
+
+
+def _turn_credit(rl, e: Episode, advantage: float) -> list[float] | None:
+    """Each turn's advantage under `rl.turn_credit` progress, or None (every policy token takes
+    the episode's): credit off, or the token sequence does not hold one run of policy tokens
+    per turn (then the turns' spans are not known; the episode's advantage is still right)."""
+    if rl.turn_credit != "progress" or policy_runs(e.tokens.mask) != len(e.progress):
+        return None
+    return turn_advantages(advantage, e.progress, rl.turn_credit_coef)
+
+
 def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: int,
                  config_hash: str, group_offset: int = 0) -> list[dict]:
     """One trajectory row per episode (storage/schema.py `TrajectoryRow`, as a dict; the
@@ -351,6 +379,8 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
     groups = np.array([i // group for i in range(len(eps))])
     # what the update of the configured algorithm uses, so the store holds that
     adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages, rewards, groups)
+    credit = [_turn_credit(cfg.rl, e, a if not math.isnan(r) else math.nan)
+              for e, a, r in zip(eps, adv, rewards)]
     rows = []
     for i, (e, g) in enumerate(zip(eps, grades)):
         t = e.task
@@ -387,6 +417,8 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
             shaping_reward=shaping[i] if multi else None,
             answer_executed=e.executed,
             tool_calls=e.calls if e.chat else None,
+            turn_progress=e.progress if multi else None,
+            turn_advantages=credit[i] if multi else None,
         ).as_dict())
     return rows
 

@@ -290,7 +290,7 @@ class Collected:
 
     rows: list[dict]  # every scored row, as stored (refill rounds included)
     train_rows: list[dict]  # the rows the update trains on (the informative groups' only,
-    # with dynamic sampling)
+    # with dynamic sampling, and rows with a non-zero turn credit: stages.train_row_mask)
     episodes: list[Episode]
     stepped: list[Stepped]  # environment steps executed now (cache hits left out)
     queue: list[dict]  # the scheduler's queue lengths, sampled during the rollouts
@@ -354,7 +354,7 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
         if rnd == 0:  # what the sampler alone achieved, before any refill
             first_share = kept_groups / max(1, len(rows) // G)
     timed("write_trajectories", write_trajectories, cfg=cfg, iteration=it, version=v, rows=rows)
-    train_rows = ([r for r, k in zip(rows, stages.informative_row_mask(rows)) if k]
+    train_rows = ([r for r, k in zip(rows, stages.train_row_mask(rows)) if k]
                   if cfg.tasks.dynamic_sampling else rows)
     return Collected(rows=rows, train_rows=train_rows, episodes=episodes, stepped=stepped,
                      queue=queue, rounds=rounds, kept_groups=kept_groups,

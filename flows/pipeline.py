@@ -25,6 +25,7 @@ from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
 from training import threads as torch_threads
+from training.episodes import token_values
 from training.generate import Sample
 from training.progress import Progress
 from training.trainer import RLSample, sft_warm_start
@@ -36,8 +37,8 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     """The warm start on every source's training tasks with references: (prompt, reference)
     pairs of the single-turn kinds, action-format demonstrations through the real environment
     (steps on Dask) of the multi-turn ones (`episodes.sft_demos`)."""
-    if checkpoints.exists(cfg.run_dir, 0):
-        return {"sft/reused": True}
+    if checkpoints.exists(cfg.run_dir, 0):  # what made it, as it was recorded then
+        return {**registry.read_warm_start(cfg.run_dir), "sft/reused": True}
     pairs, demos = [], []
     for src, tasks in stages.sft_data(cfg):
         env = src.environment()
@@ -67,6 +68,8 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
         out["sft/probe_tasks"] = len(held)
     if demos:
         out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
+    out["sft/examples"] = len(prompts) + len(demos)
+    registry.record_warm_start(cfg.run_dir, out)
     return out
 
 
@@ -140,16 +143,24 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
                                         [rows[i:i + size] for i in range(0, len(rows), size)])
 
 
+def rl_samples(cfg: RunConfig, rows: list[dict]) -> list[RLSample]:
+    """The update's samples of stored rows: a row's turn advantages (rl.turn_credit) go on its
+    policy tokens, run by run; without them every token takes the row's advantage."""
+    return [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
+                     0.0 if math.isnan(r["advantage"]) else r["advantage"],
+                     reward=r["reward"], group_id=r["group_id"],
+                     token_advantages=token_values(r["completion_mask"], r["turn_advantages"])
+                     if r.get("turn_advantages") is not None else None,
+                     completion_mask=r.get("completion_mask"),
+                     version=r.get("policy_version"),
+                     engine_sampled=cfg.sampling.engine != "local") for r in rows]
+
+
 @pipeline_stage("update_policy", retries=1, timeout_s=4 * 3600,
         product=has_checkpoint(lambda p: p["version"] + 1))
 def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
     t0 = time.perf_counter()
-    samples = [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
-                        0.0 if math.isnan(r["advantage"]) else r["advantage"],
-                        reward=r["reward"], group_id=r["group_id"],
-                        completion_mask=r.get("completion_mask"),
-                        version=r.get("policy_version"),
-                        engine_sampled=cfg.sampling.engine != "local") for r in rows]
+    samples = rl_samples(cfg, rows)
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()
     # On rl.processes ranks: this process for one, the resident trainer group for more (or
     # with rl.overlap, beside the sampler), its ranks placed on this machine or (rl.placement

@@ -173,6 +173,16 @@ def informative_row_mask(rows: list[dict]) -> np.ndarray:
                               np.array([r["group_id"] for r in rows]))
 
 
+def train_row_mask(rows: list[dict]) -> np.ndarray:
+    """Per row: whether dynamic sampling gives it to the update: its group is informative, or
+    a turn of it has a non-zero advantage (rl.turn_credit). The second keeps turn credit
+    unbiased: whether a group is informative depends on the episode's own outcome, so dropping
+    the turn terms of the others would leave E[grad log pi x Phi_t] non-zero."""
+    keep = informative_row_mask(rows)
+    return keep | np.array([any(a != 0.0 for a in (r.get("turn_advantages") or ()))
+                            for r in rows], dtype=bool)
+
+
 def heldout_tasks(cfg: RunConfig) -> list[Task]:
     return [t for t in task_pool(cfg) if t.split == "heldout"]
 

@@ -6,6 +6,7 @@ group_ids: [N] hashable labels. Returns [N] float64.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -82,3 +83,32 @@ def group_advantages(rewards, group_ids, eps: float = 1e-6, scale: bool = True) 
     divided). NaN rewards get advantage 0 and are left out of their group's statistics (they
     were not scored, not scored zero)."""
     return group_norm(rewards, group_ids, eps) if scale else group_center(rewards, group_ids)
+
+
+def progress_potentials(progress) -> list[float]:
+    """Phi_t of each turn of one episode: the best progress (a fraction in [0, 1]) any turn
+    *before* turn t showed, 0 for the first turn and while none showed any. `progress[t]` is
+    what turn t's own step reported (None: nothing measurable). Phi_t is known before turn t's
+    tokens are sampled: that is what keeps `turn_advantages` unbiased."""
+    best, out = 0.0, []
+    for p in progress:
+        out.append(best)
+        if p is not None and not math.isnan(p):
+            best = max(best, min(1.0, max(0.0, float(p))))
+    return out
+
+
+def turn_advantages(advantage: float, progress, coef: float) -> list[float]:
+    """The advantage of each turn's tokens under potential-based shaping (Ng, Harada and Russell
+    1999) with a zero terminal potential: turn t's return-to-go is R + sum_{u>=t}(Phi_{u+1} -
+    Phi_u) = R - Phi_t, so its advantage is the episode's minus coef x Phi_t. The episode's total
+    is the verified reward exactly (the shaping telescopes away: nothing is paid for running
+    tests, however often), and the extra term is a function of the history before turn t
+    (a state-dependent baseline): E[grad log pi(turn t) x Phi_t] = 0, so the expected update
+    is the episode-credit one whatever each episode's turn count, and whichever group estimator
+    made `advantage`. What it changes is the credit split: turns after the visible tests passed
+    inherit less of the outcome than the turn that made them pass.
+    NaN `advantage` (not scored): every turn 0."""
+    if math.isnan(advantage):
+        return [0.0] * len(progress)
+    return [advantage - coef * phi for phi in progress_potentials(progress)]

@@ -19,6 +19,9 @@ never remove or retype a column, readers fill columns that an older file lacks w
      model's answer less its fences, prose and demo calls, envs/answers.py; null = as is).
   6: tool_calls (episodes played as a chat with tools: each call's turn, name, status, detail
      and test counts, envs/tools.py; null on rows played without tools).
+  7: turn_progress (the share of tests each turn's own test run passed, null where it ran
+     none) and turn_advantages (each turn's advantage under rl.turn_credit progress; null: every
+     policy token has `advantage`). Null on single-turn rows.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Partition columns live in the folder names (`iteration=<n>/`), never inside the files: pandas
 # (and pyarrow.dataset with inferred partitioning) refuse a dataset in which a hive key also
@@ -119,6 +122,13 @@ _FIELDS = [
        "(ran, failed, malformed, not_run: envs/tools.py CALL_STATUSES), detail (why it failed "
        "or was malformed), tests_passed/tests_total (the verb's test run, else null); null = "
        "played without tools"),
+    # -- version 7: turn credit ------------------------------------------------------------------
+    _f("turn_progress", pa.list_(pa.float64()), "per turn: the share of the tests its own test "
+       "run passed (the agent kind's visible tests, the repo kind's pytest; flows/episodes.py "
+       "`turn_progress`), null where the turn ran none; null on single-turn rows"),
+    _f("turn_advantages", pa.list_(pa.float64()), "per turn: the advantage of its policy "
+       "tokens under rl.turn_credit progress (rewards/advantages.py `turn_advantages`); null: "
+       "every policy token has `advantage`"),
 ]
 
 TRAJECTORY_SCHEMA = pa.schema(_FIELDS, metadata={"rollforge.schema_version": str(SCHEMA_VERSION)})
@@ -187,6 +197,8 @@ class TrajectoryRow:
     solved: bool | None
     answer_executed: str | None
     tool_calls: list[dict] | None
+    turn_progress: list[float | None] | None
+    turn_advantages: list[float] | None
 
     def as_dict(self) -> dict[str, Any]:
         """Column -> value, the values themselves (`dataclasses.asdict` would copy every token

@@ -217,6 +217,17 @@ class RLConfig(BaseModel):
     scale_advantages: bool = Field(
         True, description="grpo and ppo: divide by the group's std (GRPO); False: only subtract "
         "its mean (Dr.GRPO, Liu et al. 2025). rloo has its own baseline and takes True only")
+    turn_credit: Literal["episode", "progress"] = Field(
+        "episode", description="how a multi-turn episode's advantage is split over its turns: "
+        "episode, every policy token gets the episode's; progress, turn t's tokens get the "
+        "episode's minus turn_credit_coef x Phi_t, Phi_t the best progress (visible tests "
+        "passed, a fraction) any earlier turn showed: potential-based shaping with a zero "
+        "terminal potential, so the episode's total stays the verified reward and the expected "
+        "update is unchanged whatever the turn counts (rewards/advantages.py "
+        "`turn_advantages`). grpo and ppo only")
+    turn_credit_coef: float = Field(
+        0.5, ge=0, description="progress: the weight of Phi_t, in the advantages' units (group "
+        "std units when scale_advantages)")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
     autocast: Literal["none", "bf16"] = Field(
@@ -270,6 +281,9 @@ class RLConfig(BaseModel):
         if self.autocast == "bf16" and self.dtype == "bf16":
             raise ValueError("rl.autocast='bf16' autocasts an fp32 model; with rl.dtype='bf16' "
                              "the model is bf16 already: set one of them")
+        if self.turn_credit != "episode" and self.algorithm == "rloo":
+            raise ValueError(f"rl.turn_credit={self.turn_credit!r} applies to rl.algorithm 'grpo' "
+                             "or 'ppo'; 'rloo' recomputes one advantage per sample in the trainer")
         if not self.scale_advantages and self.algorithm == "rloo":
             raise ValueError("rl.scale_advantages=False (Dr.GRPO) applies to rl.algorithm 'grpo' "
                              "or 'ppo'; 'rloo' uses its leave-one-out baseline, never scaled")

@@ -110,6 +110,25 @@ class EpisodeTokens:
         self.mask += [0] * len(ids)
 
 
+def policy_runs(mask: Sequence[int]) -> int:
+    """How many runs of policy tokens (1s) `mask` holds: one per turn of an episode."""
+    return sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+
+
+def token_values(mask: Sequence[int], per_turn: Sequence[float]) -> list[float]:
+    """One value per completion token: turn k's value on the k-th run of policy tokens, 0 on
+    the environment's tokens (they are out of the loss)."""
+    if policy_runs(mask) != len(per_turn):
+        raise ValueError(f"{len(per_turn)} turn values for {policy_runs(mask)} runs of policy "
+                         "tokens")
+    out, k = [], -1
+    for i, m in enumerate(mask):
+        if m and (i == 0 or not mask[i - 1]):
+            k += 1
+        out.append(float(per_turn[k]) if m else 0.0)
+    return out
+
+
 def encode_transcript(tok, prompt: str, segments: Sequence[Segment]
                       ) -> tuple[list[int], list[int], list[int]]:
     """(prompt_ids, completion_ids, completion_mask) of a written transcript (an SFT

@@ -59,14 +59,15 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
               is_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, dict]:
     """PPO-clipped surrogate with per-sequence advantages.
 
-    logp, old_logp, mask: [B, T]; advantages: [B]. Loss = -min(r A, clip(r, 1-e, 1+e) A).
+    logp, old_logp, mask: [B, T]; advantages: [B], or [B, T] per token (a turn's credit).
+    Loss = -min(r A, clip(r, 1-e, 1+e) A).
     `is_weight` [B, T] (no gradient): each token's surrogate times it, the decoupled PPO
     objective of samples from an older policy (AReaL, Fu et al. 2025), where `old_logp` is then
     the update's starting policy and `is_weight` pi_start / pi_sampler, truncated; None: 1.
     """
     if clip_eps_high is None:  # the first loop's exact arithmetic (symmetric clip)
         ratio = torch.exp(logp - old_logp)
-        adv = advantages[:, None]
+        adv = advantages if advantages.dim() == 2 else advantages[:, None]
         unclipped = ratio * adv
         clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
         per_token = -torch.minimum(unclipped, clipped)
@@ -77,8 +78,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
             n = mask.sum().clamp(min=1.0)
             clip_frac = (((ratio - 1.0).abs() > clip_eps).float() * mask).sum() / n
         return loss, {"clip_frac": float(clip_frac)}
-    per_token, clip_frac = _clipped_surrogate(logp, old_logp, advantages[:, None], mask,
-                                              clip_eps, clip_eps_high, None)
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]
+    per_token, clip_frac = _clipped_surrogate(logp, old_logp, adv, mask, clip_eps,
+                                              clip_eps_high, None)
     if is_weight is not None:
         per_token = per_token * is_weight
     return aggregate(per_token, mask, aggregation, norm_tokens), {"clip_frac": float(clip_frac)}

@@ -339,9 +339,10 @@ def _units(s: RLSample, policy: PolicyConfig, rl: RLConfig) -> int:
 
 
 def _advantages(part: list[RLSample], rl: RLConfig, width: int) -> torch.Tensor:
-    """The advantages the loss weighs the micro-batch by: per token ([B, width]) where PPO has
-    per-token ones (a value model's), else one per sample ([B])."""
-    if rl.algorithm == "ppo" and any(s.token_advantages for s in part):
+    """The advantages the loss weighs the micro-batch by: per token ([B, width]) where a sample
+    has per-token ones (a turn's credit, rl.turn_credit; a value model's), else one per sample
+    ([B])."""
+    if any(s.token_advantages for s in part):
         return _per_token(part, [s.token_advantages or [s.advantage] * len(s.completion_ids)
                                  for s in part], width)
     return torch.tensor([s.advantage for s in part], dtype=torch.float32)

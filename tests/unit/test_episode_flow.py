@@ -63,6 +63,16 @@ def _scripted(naive, fix_on_fail=True):
     return scripted_policy(naive, TOK, fix_on_fail)
 
 
+def _mixed(naive):
+    """In each group of 2 the first episode fixes, the second submits the naive attempt."""
+    policies = [_scripted(naive, True), _scripted(naive, False)]
+
+    def mixed(turn, contexts, episodes, max_new, k):
+        return [policies[e.index](turn, [c], [e], max_new, k)[0][0]
+                for c, e in zip(contexts, episodes)], 0.0
+    return mixed
+
+
 def test_edge_task_shows_the_edge_in_a_visible_test_not_in_the_docstring(tasks):
     for t in tasks:
         assert len(t.examples) == 2
@@ -85,14 +95,7 @@ def test_scripted_policy_fails_turn_one_reads_the_failure_and_passes_on_turn_two
 
 
 def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive):
-    # in each group of 2 the first episode fixes, the second submits the naive attempt
-    policies = [_scripted(naive, True), _scripted(naive, False)]
-
-    def mixed(turn, contexts, episodes, max_new, k):
-        return [policies[e.index](turn, [c], [e], max_new, k)[0][0]
-                for c, e in zip(contexts, episodes)], 0.0
-
-    eps = _play(cfg, tasks[:2], 2, 3, mixed)
+    eps = _play(cfg, tasks[:2], 2, 3, _mixed(naive))
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
     table = rows_to_table(rows, 0, 0)  # the store's schema accepts them
     assert table.num_rows == 4
@@ -171,3 +174,28 @@ def test_episodes_section_is_off_by_default_keeps_the_hash_and_refuses_bad_value
         load_config(None, ["episodes.enabled=true", "episodes.action_tokens=400"])
     with pytest.raises(ConfigError, match="shaping_coef=0 does nothing"):
         load_config(None, ["episodes.shaping=visible_progress", "episodes.shaping_coef=0"])
+
+
+def test_turn_credit_splits_the_advantage_by_the_progress_of_earlier_turns(cfg, tasks, naive):
+    from flows.pipeline import rl_samples  # noqa: PLC0415
+
+    eps = _play(cfg, tasks[:2], 2, 3, _mixed(naive))
+    plain = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
+    credited = cfg.model_copy(update={"rl": cfg.rl.model_copy(
+        update={"turn_credit": "progress", "turn_credit_coef": 0.5})})
+    rows = episode_rows(credited, 0, 0, eps, 2, cfg.hash())
+    rows_to_table(rows, 0, 0)  # the store's schema takes the new columns
+    for r, p, e in zip(rows, plain, eps):
+        assert r["advantage"] == p["advantage"] and p["turn_advantages"] is None
+        seen = e.state.history[0]  # turn 1 ran the visible tests; turn 2 submitted
+        frac = seen["visible_passed"] / seen["visible_total"]
+        assert r["turn_progress"] == p["turn_progress"] == [frac, None]
+        assert r["turn_advantages"] == pytest.approx([r["advantage"],
+                                                      r["advantage"] - 0.5 * frac])
+        s = rl_samples(credited, [r])[0]
+        policy = [a for a, m in zip(s.token_advantages, r["completion_mask"]) if m]
+        first = r["completion_mask"].index(0)  # turn 1's tokens, then the observation
+        assert set(policy[:first]) == {r["turn_advantages"][0]}
+        assert set(policy[first:]) == {r["turn_advantages"][1]}
+        assert rl_samples(cfg, [p])[0].token_advantages is None
+    assert any(r["turn_progress"][0] > 0 for r in rows)  # some turn 2 inherits less

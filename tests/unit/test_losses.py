@@ -160,3 +160,20 @@ def test_an_option_that_would_mean_another_is_refused_by_name():
         RLConfig(algorithm="rloo", scale_advantages=False)
     ppo = RLConfig.model_fields["algorithm"].description
     assert "GRPO" in ppo.split("ppo:")[1].split(";")[0]  # ppo says plainly what it is
+
+
+def test_grpo_takes_per_token_advantages_as_it_takes_one_per_sample():
+    torch.manual_seed(0)
+    logp = torch.randn(2, 5, requires_grad=True)
+    old = logp.detach() + 0.1 * torch.randn(2, 5)
+    mask = torch.ones(2, 5)
+    adv = torch.tensor([0.5, -1.0])
+    for high in (None, 0.3):  # both of grpo_loss's paths
+        one, _ = grpo_loss(logp, old, adv, mask, clip_eps_high=high)
+        per, _ = grpo_loss(logp, old, adv[:, None].expand(2, 5), mask, clip_eps_high=high)
+        assert torch.allclose(one, per)
+        # a token's own advantage weighs that token: zero on the second half of row 0
+        split = adv[:, None].expand(2, 5).clone()
+        split[0, 3:] = 0.0
+        (g,) = torch.autograd.grad(grpo_loss(logp, old, split, mask, clip_eps_high=high)[0], logp)
+        assert torch.all(g[0, 3:] == 0) and torch.all(g[0, :3] != 0)

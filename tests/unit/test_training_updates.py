@@ -408,3 +408,20 @@ def test_the_logprob_gap_is_zero_for_the_trainers_own_logprobs_and_measured_for_
     assert out["train/logprob_gap_tokens"] == sum(len(s.completion_ids) for s in exact)
     assert out["train/is_weight_mean"] == pytest.approx(math.exp(-0.2), abs=1e-4)
     assert out["train/is_weight_capped"] == 0
+
+
+def test_grpo_trains_on_per_token_advantages_where_the_samples_carry_them(base, tmp_path):
+    # a turn's credit (rl.turn_credit): equal to the sample's advantage on every token, the same
+    # step as without; zero on the second half of each completion, another step
+    a, b, c = (_copy(base, tmp_path, n) for n in "abc")
+    rl = RLConfig(epochs=1)
+    plain = _samples()
+    same = [dataclasses.replace(s, token_advantages=[s.advantage] * len(s.completion_ids))
+            for s in plain]
+    half = [dataclasses.replace(s, token_advantages=[s.advantage if i < len(s.completion_ids) // 2
+                                                     else 0.0 for i in range(len(s.completion_ids))])
+            for s in plain]
+    for run, samples in ((a, plain), (b, same), (c, half)):
+        grpo_update(run, 0, samples, POLICY, rl, 1.0, 0)
+    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
+    assert _max_diff(_weights(a, 1), _weights(c, 1)) > 1e-5

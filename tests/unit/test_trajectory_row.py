@@ -27,7 +27,8 @@ def _row(**change) -> TrajectoryRow:
         exec_time_s=0.2, score_time_s=0.3, config_hash="h", episode_id="2:0:1", turns=1,
         end_reason="submit", completion_mask=None, turn_seconds=None, turn_actions=None,
         turn_observations=None, shaping_reward=None, source="s", kind="io", test_names=[],
-        solved=None, answer_executed=None, tool_calls=None)
+        solved=None, answer_executed=None, tool_calls=None, turn_progress=None,
+        turn_advantages=None)
     return TrajectoryRow(**{**values, **change})
 
 
