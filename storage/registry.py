@@ -5,6 +5,7 @@ trajectories so a run can be found, resumed and compared later.
     <store>/<run_id>/config.yaml                      resolved config
     <store>/<run_id>/run.json                         run id, config hash, creation time
     <store>/<run_id>/metrics/iteration=<n>.json       metrics of iteration n
+    <store>/<run_id>/metrics/warm_start.json          metrics of the warm start (version 0)
     <store>/<run_id>/checkpoints/iteration=<n>.json   checkpoint of iteration n: path + metrics
     <store>/<run_id>/done/iteration=<n>.json          iteration n finished
 
@@ -122,6 +123,24 @@ def record_metrics(run_dir: str, iteration: int, metrics: dict) -> None:
     loc = locate(run_dir).join("metrics", f"iteration={iteration}.json")
     record = {"iteration": iteration, "recorded_at": _now(), "metrics": metrics}
     atomic_write_bytes(loc, _json_bytes(record, f"metrics of iteration {iteration}"))
+
+
+def record_warm_start(run_dir: str, metrics: dict) -> None:
+    """Record what the warm start that made version 0 did (its steps, its data's counts, a
+    probe's pass rate), so a resumed run that reuses version 0 still knows. Recording again
+    replaces it."""
+    metrics = _check_metrics(metrics, "warm start metrics")
+    record = {"recorded_at": _now(), "metrics": metrics}
+    atomic_write_bytes(locate(run_dir).join("metrics", "warm_start.json"),
+                       _json_bytes(record, "warm start metrics"))
+
+
+def read_warm_start(run_dir: str) -> dict:
+    """The warm start's metrics (NaN for a null), {} where none was recorded."""
+    loc = locate(run_dir).join("metrics", "warm_start.json")
+    if not loc.exists():
+        return {}
+    return {k: (math.nan if v is None else v) for k, v in _read_json(loc)["metrics"].items()}
 
 
 def read_metrics(run_dir: str) -> pd.DataFrame:

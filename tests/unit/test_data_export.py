@@ -285,7 +285,12 @@ def test_the_warm_start_trains_on_an_exported_dataset_less_the_runs_held_out_tas
     cfg = _tiny_cfg(tmp_path, dataset=ds, steps=2, batch_size=4)
     out = pipeline.sft_stage.fn(cfg)
     assert out["sft/dataset_examples"] == 3 and out["sft/dataset_dropped_heldout"] == 1
+    assert out["sft/examples"] == 3
     assert (checkpoint_dir(cfg.run_dir, 0) / "meta.json").exists()
+    # a resumed run reuses version 0 and still says what made it (storage/registry.py)
+    again = pipeline.sft_stage.fn(cfg)
+    assert again["sft/reused"] is True and again["sft/dataset_dropped_heldout"] == 1
+    assert {k: v for k, v in again.items() if k != "sft/reused"} == out
 
 
 def test_a_warm_start_dataset_that_is_missing_or_not_messages_is_refused(tmp_path):
