@@ -1,5 +1,6 @@
-"""The trajectory row record (storage/schema.py `TrajectoryRow`) and the store's schema name the
-same columns: the column list cannot drift between the row builder and the store."""
+"""The trajectory row record (storage/schema.py `TrajectoryRow`), from which the store's schema
+is made: its fields are the columns in order, the writer's among them, and each annotation
+agrees with the column its field declares (nullability, kind of value)."""
 from __future__ import annotations
 
 import dataclasses
