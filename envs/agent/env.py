@@ -214,13 +214,11 @@ def _tools_intro(task: Task, c: EpisodeConfig) -> str:
 
 
 def _executed(info: dict) -> list[dict]:
-    """The outcome of each action a turn ran (envs/tools.py `call_outcomes`): this kind reports
-    which actions ran, not whether each did its work, so every one is `ran`; run_tests carries
-    the visible counts."""
-    from envs.tools import outcome  # noqa: PLC0415
-
-    return [outcome("ran", "", info.get("visible_passed"), info.get("visible_total"))
-            if kind == "run_tests" else outcome("ran") for kind in info.get("actions", [])]
+    """The outcome of each action a turn ran (envs/tools.py `call_outcomes`), as the episode
+    recorded it: a refused write, a program's non-zero exit or kill, a sandbox that did not
+    start are `failed`; an action the time budget left out `not_run`; run_tests carries its
+    visible counts."""
+    return list(info.get("outcomes", []))
 
 
 def _count_ok(passed, total) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Literal, Mapping
 from envs.agent.scripts import CHECK_SOURCE as _CHECK_SOURCE
 from envs.agent.scripts import CHECK_NO_START, IMITATION, read_visible
 from envs.agent.scripts import RUN_SOURCE as _RUN_SOURCE
+from envs.tools import outcome
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.fork_server import trust_script
 from sandbox.workspace import check_relpath
@@ -259,7 +260,8 @@ class EpisodeEnv:
             raise RuntimeError("step() needs an episode in progress: call reset(task) first")
         start = time.monotonic()
         self.turn += 1
-        info: dict = {"turn": self.turn, "actions": [], "infra_error": False}
+        # `outcomes`: what each action the turn ran did (envs/tools.py `outcome`), in order
+        info: dict = {"turn": self.turn, "actions": [], "outcomes": [], "infra_error": False}
         parts: list[str] = []
         submitted = False
         try:
@@ -275,8 +277,11 @@ class EpisodeEnv:
             for a in actions:
                 if a.kind == "submit":
                     submitted = True
+                    info["outcomes"].append(outcome("ran"))
                     break
-                parts.append(self._do(a, start, info))
+                text, done = self._do(a, start, info)
+                parts.append(text)
+                info["outcomes"].append(done)
         info["seconds"] = time.monotonic() - start
         self.used_s += info["seconds"]
         reason = ("submit" if submitted else "max_turns" if self.turn >= self.max_turns
@@ -290,17 +295,20 @@ class EpisodeEnv:
         return truncate("\n".join(parts), self.obs_bytes), self.done, info
 
     # -- actions --------------------------------------------------------------------------
-    def _do(self, a: Action, start: float, info: dict) -> str:
+    def _do(self, a: Action, start: float, info: dict) -> tuple[str, dict]:
+        """Run one action: its text for the observation and its outcome."""
         if a.kind == "write":
             return self._write(a)
         remaining = self.time_budget_s - self.used_s - (time.monotonic() - start)
         if remaining <= 0:
-            return f"<{a.kind}> skipped: the episode's time budget is spent"
+            return (f"<{a.kind}> skipped: the episode's time budget is spent",
+                    outcome("not_run", "the episode's time budget is spent"))
         limits = dataclasses.replace(self.limits, timeout_s=min(self.limits.timeout_s,
                                                                   max(remaining, 0.1)))
         if a.kind == "run_tests":
             if not self.task.examples:
-                return "Visible tests: this task shows none; check your own calls with <run>."
+                return ("Visible tests: this task shows none; check your own calls with <run>.",
+                        outcome("failed", "this task shows no visible tests"))
             return self._run_tests(limits, info)
         res = self._run(a.argv, limits, info)
         head = "$ python " + " ".join(shlex.quote(x) for x in a.argv)
@@ -308,20 +316,22 @@ class EpisodeEnv:
             return _infra(head, res, info)
         if IMITATION.search(res.stdout) or IMITATION.search(res.stderr):
             _flag(info, "fake_success_report")  # the environment's verdict, printed by a program
-        return _describe(head, res)
+        return _describe(head, res), (outcome("ran") if res.status == "ok"
+                                      else outcome("failed", _status_label(res)))
 
-    def _write(self, a: Action) -> str:
+    def _write(self, a: Action) -> tuple[str, dict]:
         size = len(a.body.encode())
         total = size + sum(len(v.encode()) for k, v in self.files.items() if k != a.path)
         if total > _MAX_WORKSPACE_BYTES:
-            return f"write {a.path}: refused, the workspace would hold {total} bytes " \
-                   f"(limit {_MAX_WORKSPACE_BYTES})"
-        if a.path not in self.files and len(self.files) >= _MAX_FILES:
-            return f"write {a.path}: refused, the workspace already holds {_MAX_FILES} files"
-        self.files[a.path] = a.body
-        return f"wrote {a.path} ({size} bytes)"
+            why = f"refused, the workspace would hold {total} bytes (limit {_MAX_WORKSPACE_BYTES})"
+        elif a.path not in self.files and len(self.files) >= _MAX_FILES:
+            why = f"refused, the workspace already holds {_MAX_FILES} files"
+        else:
+            self.files[a.path] = a.body
+            return f"wrote {a.path} ({size} bytes)", outcome("ran")
+        return f"write {a.path}: {why}", outcome("failed", why)
 
-    def _run_tests(self, limits: Limits, info: dict) -> str:
+    def _run_tests(self, limits: Limits, info: dict) -> tuple[str, dict]:
         """The visible examples' arguments go into the sandbox, their values come back with the
         run's nonce (sent on stdin, known to no file) and are compared here."""
         files = dict(self.files)
@@ -344,7 +354,9 @@ class EpisodeEnv:
         out = [head + (f" [{_STATUS[res.status]}]" if res.status in _KILLED else ""), *seen.lines]
         if res.stderr.strip():
             out += ["output:", res.stderr.rstrip()]
-        return "\n".join(out + [f"{seen.passed}/{seen.total} visible examples passed"])
+        done = (outcome("failed", "flagged: " + ", ".join(seen.flags)) if seen.flags
+                else outcome("ran", _STATUS.get(res.status, ""), seen.passed, seen.total))
+        return "\n".join(out + [f"{seen.passed}/{seen.total} visible examples passed"]), done
 
     def _run(self, argv: tuple[str, ...], limits: Limits, info: dict) -> ExecResult:
         cap = min(limits.output_bytes, 64 * 1024)
@@ -398,9 +410,10 @@ def _flag(info: dict, name: str) -> None:
         info["hack_flags"].append(name)
 
 
-def _infra(head: str, res: ExecResult, info: dict) -> str:
+def _infra(head: str, res: ExecResult, info: dict) -> tuple[str, dict]:
     info["infra_error"] = True
-    return f"{head}: the sandbox failed to start (not your code's fault; try again): {res.error}"
+    return (f"{head}: the sandbox failed to start (not your code's fault; try again): {res.error}",
+            outcome("failed", "the sandbox failed to start"))
 
 
 _STATUS = {"timeout": "killed: time limit", "memory_exceeded": "killed: memory limit",
@@ -408,10 +421,13 @@ _STATUS = {"timeout": "killed: time limit", "memory_exceeded": "killed: memory l
 _KILLED = tuple(_STATUS)
 
 
+def _status_label(res: ExecResult) -> str:
+    return {"ok": "exit 0", "failed": f"exit {res.exit_code}", **_STATUS}.get(res.status,
+                                                                              res.status)
+
+
 def _describe(head: str, res: ExecResult) -> str:
-    status = {"ok": "exit 0", "failed": f"exit {res.exit_code}", **_STATUS}.get(res.status,
-                                                                                res.status)
-    out = [f"{head} [{status}]"]
+    out = [f"{head} [{_status_label(res)}]"]
     if res.stdout.strip():
         out.append(res.stdout.rstrip())
     if res.stderr.strip():

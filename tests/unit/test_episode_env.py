@@ -135,6 +135,24 @@ def test_run_shows_output_and_errors_and_keeps_files_the_program_made(env):
     assert "[exit 1]" in obs and "KeyError: 'nope'" in obs
 
 
+def test_each_action_of_a_turn_says_whether_it_did_its_work(env):
+    """The per-action outcomes a tools turn reports as its calls' statuses (envs/tools.py)."""
+    env.reset(TASK)
+    big = "x = 1\n" * 100_000  # 600 kB: over the workspace's limit
+    _, _, info = env.step(write("solution.py", WRONG) + write("big.py", big)
+                          + write("boom.py", "raise KeyError('nope')\n")
+                          + "<run>python boom.py</run><run_tests/>")
+    got = [(o["status"], o["detail"], o["tests_passed"], o["tests_total"])
+           for o in info["outcomes"]]
+    assert got[0] == ("ran", "", None, None) and got[2] == ("ran", "", None, None)
+    assert got[1][0] == "failed" and "workspace would hold" in got[1][1] and "big.py" not in env.files
+    assert got[3] == ("failed", "exit 1", None, None)
+    assert got[4] == ("ran", "", 1, 2)  # the naive answer passes one of the two examples
+    _, done, info = env.step(write("solution.py", FIXED) + "<run_tests/><submit/>")
+    assert done and [o["status"] for o in info["outcomes"]] == ["ran", "ran", "ran"]
+    assert info["outcomes"][1]["tests_passed"] == 2
+
+
 def test_long_observation_is_truncated_with_a_marker(sandbox):
     env = EpisodeEnv(sandbox, LIMITS, make_grader(sandbox, LIMITS), obs_bytes=512)
     env.reset(TASK)
