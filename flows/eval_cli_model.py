@@ -45,7 +45,7 @@ def run_model_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
 
 
 def report(p, counts: dict, ks: tuple[int, ...], quiet: bool = False) -> int:
-    from flows.eval_stats import format_table, summarize
+    from flows.eval_stats import format_table, summarize, tool_call_summary
     from storage.evaluations import read_evaluation
 
     rows = read_evaluation(p.store, p.eval_id).to_pylist()
@@ -54,6 +54,9 @@ def report(p, counts: dict, ks: tuple[int, ...], quiet: bool = False) -> int:
         print(f"pass@{k}: {est:.4f} [{lo:.4f}, {hi:.4f}]")
     if not quiet:
         print(format_table(table, ks))
+        tools = tool_call_summary(rows)
+        if tools:
+            print(tools)
         print(f"chunks: {counts['chunks_reused']} reused, {counts['chunks_run']} run now (of "
               f"{counts['chunks']}); sequences generated now {counts['sequences_generated']}, "
               f"from the stage cache {counts['sequences_from_cache']}; steps graded now "

@@ -253,7 +253,8 @@ def rows_of(episodes, mode: str, base: dict, chunk: int, written_at: str) -> lis
                      "status": g.status if g else (e.final or {}).get("end_reason"),
                      "hack_flags": list(g.hack_flags) if g else [],
                      "infra_error": True if g is None else bool(g.infra_error),
-                     "turns": e.turns, "gen_s": float(e.gen_s), "chunk": chunk,
+                     "turns": e.turns, "gen_s": float(e.gen_s),
+                     "tool_calls": e.calls if e.chat else None, "chunk": chunk,
                      "written_at": written_at})
     return rows
 

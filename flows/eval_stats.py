@@ -94,6 +94,22 @@ def summarize(rows: list[dict], ks: tuple[int, ...] = (1,), seed: int = 0) -> li
     return out
 
 
+def tool_call_summary(rows: list[dict]) -> str | None:
+    """For the episodes played with tools: calls and turns an episode, the share of calls
+    that were well-formed (read and fit their tool), and of episodes that made at least one
+    valid call; None where no episode used tools."""
+    eps = [r for r in rows if r.get("tool_calls") is not None]
+    if not eps:
+        return None
+    calls = [c for r in eps for c in r["tool_calls"]]
+    valid = [c for c in calls if c["status"] != "malformed"]
+    some = sum(any(c["status"] != "malformed" for c in r["tool_calls"]) for r in eps)
+    rate = f"{len(valid) / len(calls):.1%}" if calls else "-"
+    return (f"tools: {len(eps)} episodes, {len(calls) / len(eps):.2f} calls and "
+            f"{sum(r['turns'] or 0 for r in eps) / len(eps):.2f} turns an episode; valid calls "
+            f"{rate} ({len(valid)}/{len(calls)}); episodes with a valid call {some / len(eps):.1%}")
+
+
 def _fmt(est: float, lo: float, hi: float) -> str:
     if math.isnan(est):
         return "-"

@@ -10,8 +10,8 @@ evaluation resumes at the first chunk without a file. A chunk file appears by on
 finished temporary file (storage.fs.atomic_write): a reader sees a chunk whole or not at all, and
 a rerun never writes a chunk's rows twice (a chunk that is there is skipped, never appended to).
 
-`kind`, `prompt` and `answer_executed` came later (for `rollforge data export --evaluations`):
-chunk files written before them are read with those columns null.
+`kind`, `prompt` and `answer_executed` came later (for `rollforge data export --evaluations`),
+and `tool_calls` after them: chunk files written before them are read with those columns null.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage.fs import Location, atomic_write, atomic_write_bytes, locate
+from storage.schema import TOOL_CALL_LIST
 
 EVAL_DIR = "_evaluations"
 _CHUNK = re.compile(r"^chunk-(\d{5})\.parquet$")
@@ -53,6 +54,8 @@ EVALUATION_SCHEMA = pa.schema([
     pa.field("infra_error", pa.bool_()),
     pa.field("turns", pa.int64()),
     pa.field("gen_s", pa.float64()),
+    # each tool call of an episode played with tools, as the trajectories' column; else null
+    pa.field("tool_calls", TOOL_CALL_LIST),
     pa.field("chunk", pa.int64()),
     pa.field("written_at", pa.string()),     # UTC ISO time the chunk was written
 ])

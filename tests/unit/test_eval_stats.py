@@ -121,3 +121,34 @@ def test_model_and_samples_together_are_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["eval", "--model", "x", "--samples", "y"])
     assert exc.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+def test_tool_calls_are_stored_per_sample_and_summarised_and_older_chunks_read_null(tmp_path):
+    from flows.eval_stats import tool_call_summary  # noqa: PLC0415
+
+    def call(turn, status, passed=None):
+        return {"turn": turn, "name": "run_tests", "status": status, "detail": "",
+                "tests_passed": passed, "tests_total": 2 if passed is not None else None}
+
+    store = str(tmp_path / "store")
+    rows = _eval_rows(0, 3)
+    rows[0].update(turns=2, tool_calls=[call(1, "ran", 1), call(2, "malformed")])
+    rows[1].update(turns=1, tool_calls=[call(1, "malformed")])
+    rows[2].update(turns=3, tool_calls=[call(1, "ran", 2), call(2, "failed"), call(3, "ran")])
+    evaluations.write_chunk(store, "e1", 0, rows)
+    back = evaluations.read_evaluation(store, "e1").to_pylist()
+    assert back[0]["tool_calls"] == rows[0]["tool_calls"]
+    assert tool_call_summary(back) == (
+        "tools: 3 episodes, 2.00 calls and 2.00 turns an episode; valid calls 66.7% (4/6); "
+        "episodes with a valid call 66.7%")
+    assert tool_call_summary(_eval_rows(1, 2)) is None  # no episode used tools
+    # a chunk written before the column existed reads it as null
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    old = pa.schema([f for f in evaluations.EVALUATION_SCHEMA if f.name != "tool_calls"])
+    path = tmp_path / "store" / "_evaluations" / "e1" / "rows" / "chunk-00001.parquet"
+    pq.write_table(pa.Table.from_pylist([{f.name: r[f.name] for f in old}
+                                         for r in _eval_rows(1, 2)], schema=old), path)
+    again = evaluations.read_evaluation(store, "e1").to_pylist()
+    assert len(again) == 5 and again[3]["tool_calls"] is None
