@@ -23,7 +23,9 @@ TINY = ["iterations=1", "eval_every=1", "sft.steps=3", "sft.batch_size=4", "poli
         "episodes.action_tokens=24", "episodes.max_turns=2", "rl.micro_batch_size=4",
         # each episode's turns by itself: its stages called from play's threads, in the flow's
         # run (the single-turn runs of the other tests go through the synchronous barrier)
-        "sampling.turns=per_episode"]
+        "sampling.turns=per_episode",
+        # the turn credit's columns through the real store and the update
+        "rl.turn_credit=progress"]
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +56,9 @@ def test_one_row_per_episode_with_turns_and_a_policy_env_token_mask(run):
         if r["turns"] == 2:  # the first observation sits between the two actions, masked out
             assert 0 in list(mask) and r["completion"].count("<obs>") == 1
         assert not r["infra_error"] and r["tests_total"] > 0
+        runs = sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+        assert len(r["turn_progress"]) == r["turns"] == len(r["turn_advantages"]) == runs
+        assert r["turn_advantages"][0] == pytest.approx(r["advantage"])
 
 
 def test_the_iteration_is_checkpointed_with_episode_metrics(run):
