@@ -105,10 +105,13 @@ def stop_on_signals() -> Iterator[None]:
     same behaviour while Prefect's handler is still installed."""
     import signal  # noqa: PLC0415
 
+    from training.generate import stop_sampling  # noqa: PLC0415
+
     def handler(signum, _frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         _received.append(signum)
+        stop_sampling.set()  # a batch sampling in another thread ends at its next token
         raise Stopped(signum)
 
     before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
@@ -116,6 +119,7 @@ def stop_on_signals() -> Iterator[None]:
         yield
     finally:
         _received.clear()
+        stop_sampling.clear()
         for s, h in before.items():
             signal.signal(s, h)
 

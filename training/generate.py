@@ -1,12 +1,23 @@
 """Batched sampling with a KV cache, returning token ids and the sampling policy's log-probs."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from training.policy import tokenizer_of
+
+
+# Set when the process is asked to stop (flows/stop.py): a batch being sampled in another thread
+# ends at its next token instead of holding the process's exit until it is done (Python joins
+# a thread pool's threads at exit; a batch of the real model takes minutes on a CPU).
+stop_sampling = threading.Event()
+
+
+class SamplingStopped(Exception):
+    """A batch left unfinished because the process is stopping (`stop_sampling`)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +113,9 @@ def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, 
     # as it always has, keeping its samples bit for bit.
     last = {"logits_to_keep": 1} if _keeps_logits(model) else {}
     for t in range(max_new_tokens):
+        if stop_sampling.is_set():
+            raise SamplingStopped(f"sampling stopped at token {t} of {max_new_tokens}: the "
+                                  "process is stopping")
         if use_cache:
             pos = (mask.cumsum(-1) - 1).clamp(min=0)[:, -inp.shape[1]:]
             res = model(input_ids=inp, attention_mask=mask, position_ids=pos, past_key_values=past,

@@ -63,3 +63,27 @@ def test_a_stage_does_not_start_once_a_stop_was_received(monkeypatch):
     monkeypatch.setattr(stop, "_received", [signal.SIGTERM])
     with pytest.raises(Stopped, match="SIGTERM"):
         staging.call_stage(None, {})
+
+
+def test_a_stop_ends_a_batch_being_sampled_at_its_next_token():
+    """A batch in a thread of `play` would otherwise hold the process's exit until it is done
+    (minutes for the real model): the signal sets `stop_sampling`, which the sampler checks at
+    every token; leaving the stop clears it for the next run in the process."""
+    import torch  # noqa: PLC0415
+
+    from training.config import PolicyConfig  # noqa: PLC0415
+    from training.generate import SamplingStopped, sample, stop_sampling  # noqa: PLC0415
+    from training.policy import build_policy  # noqa: PLC0415
+
+    model = build_policy(PolicyConfig(n_layer=1, n_embd=32, n_head=2))
+    assert len(sample(model, ["def f(x):"], 4, generator=torch.Generator().manual_seed(0))) == 1
+    with pytest.raises(Stopped):
+        with stop_on_signals():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+            finally:
+                assert stop_sampling.is_set()
+                with pytest.raises(SamplingStopped, match="token 0 of 64"):
+                    sample(model, ["def f(x):"], 64)
+    assert not stop_sampling.is_set()
+    assert len(sample(model, ["def f(x):"], 4, generator=torch.Generator().manual_seed(0))) == 1
