@@ -219,11 +219,14 @@ def rollout_metrics(rows: list[dict]) -> dict:
 _LEAVES = frozenset({str, int, bool, type(None)})
 
 
-def _canonical(obj):
+def _canonical(obj, seen: dict | None = None):
     """A JSON-able form of a stage input that is the same in every process (no set order, no
     object ids): dataclasses and pydantic models by their fields, frames and arrays by their
     values. Anything else is refused (TypeError naming its type): a repr() could hold a memory
-    address, which would make a new cache key in each process, or elide values ("...")."""
+    address, which would make a new cache key in each process, or elide values ("...").
+    `seen`: the forms of the objects done in this call, by id, so an object many inputs share
+    (a task and its environment, in each of its group's episodes) is walked once; the form is
+    the same, so is the key."""
     # Exact plain types first, and flat lists of them at once: token ids and texts are most of
     # a stage's inputs (an iteration's 64 contexts alone are thousands of ints), and the
     # general checks below cost a few microseconds each per element.
@@ -234,23 +237,35 @@ def _canonical(obj):
         return "NaN" if math.isnan(obj) else obj
     if (kind is list or kind is tuple) and all(type(v) in _LEAVES for v in obj):
         return list(obj)
+    if seen is not None and id(obj) in seen:
+        return seen[id(obj)][1]
     if isinstance(obj, Environment):  # by what it is, not where it lives in memory
-        return ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
-                _canonical(obj.config)]
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return [type(obj).__name__, {f.name: _canonical(getattr(obj, f.name))
-                                     for f in dataclasses.fields(obj)}]
-    if hasattr(obj, "model_dump"):
-        return _canonical(obj.model_dump(mode="json"))
+        out = ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
+               _canonical(obj.config, seen)]
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = [type(obj).__name__, {f.name: _canonical(getattr(obj, f.name), seen)
+                                    for f in dataclasses.fields(obj)}]
+    elif hasattr(obj, "model_dump"):
+        out = _canonical(obj.model_dump(mode="json"), seen)
+    else:
+        return _canonical_value(obj, seen)
+    if seen is not None:  # the object is kept too: its id is not reused while `seen` lives
+        seen[id(obj)] = (obj, out)
+    return out
+
+
+def _canonical_value(obj, seen: dict | None):
+    """`_canonical` of what is not an object with fields: containers, frames, arrays, scalars."""
     if isinstance(obj, pd.DataFrame):
         return [list(map(str, obj.columns)),
                 pd.util.hash_pandas_object(obj.astype(str), index=False).tolist()]
     if isinstance(obj, dict):
-        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): _canonical(v, seen)
+                for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
     if isinstance(obj, (list, tuple)):
-        return [_canonical(v) for v in obj]
+        return [_canonical(v, seen) for v in obj]
     if isinstance(obj, (set, frozenset)):
-        return sorted(_canonical(v) for v in obj)
+        return sorted(_canonical(v, seen) for v in obj)
     if isinstance(obj, float) and math.isnan(obj):
         return "NaN"
     if isinstance(obj, (str, int, float, bool)) or obj is None:
@@ -258,9 +273,9 @@ def _canonical(obj):
     if isinstance(obj, bytes):
         return hashlib.sha256(obj).hexdigest()
     if isinstance(obj, np.ndarray):
-        return [str(obj.dtype), list(obj.shape), _canonical(obj.tolist())]
+        return [str(obj.dtype), list(obj.shape), _canonical(obj.tolist(), seen)]
     if isinstance(obj, np.generic):
-        return _canonical(obj.item())
+        return _canonical(obj.item(), seen)
     raise TypeError(f"a stage input of type {type(obj).__module__}.{type(obj).__qualname__} "
                     f"cannot be hashed into a cache key: pass plain values (str, numbers, "
                     f"lists, dicts), dataclasses, pydantic models, frames or arrays")
@@ -269,7 +284,7 @@ def _canonical(obj):
 def inputs_digest(*inputs) -> str:
     """Content hash of a stage's inputs: part of its cache key, so a stage handed different
     inputs (another batch, other completions) never reuses a stored result."""
-    text = json.dumps(_canonical(list(inputs)), sort_keys=True, separators=(",", ":"))
+    text = json.dumps(_canonical(list(inputs), {}), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

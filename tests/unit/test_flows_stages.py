@@ -330,6 +330,19 @@ def test_a_stage_input_that_cannot_be_hashed_by_value_is_refused_naming_its_type
         stages.inputs_digest(eps, np.arange(3), np.float32(0.5))
 
 
+def test_an_object_many_inputs_share_hashes_as_its_copies_do(executed_group):
+    """The digest walks a shared object (a task and its environment in every episode of its
+    group) once; the key is the one equal copies give, and a changed copy still changes it."""
+    import copy  # noqa: PLC0415
+
+    _, eps = executed_group
+    apart = [copy.deepcopy(e) for e in eps]  # nothing shared between them any more
+    assert eps[0].task is eps[1].task and apart[0].task is not apart[1].task
+    assert stages.inputs_digest(eps) == stages.inputs_digest(apart)
+    apart[1].task = apart[1].task.model_copy(update={"prompt": apart[1].task.prompt + " "})
+    assert stages.inputs_digest(eps) != stages.inputs_digest(apart)
+
+
 def test_code_version_tells_apart_a_moved_file_and_two_files_of_one_name(tmp_path):
     def tree(name: str, files: dict[str, str]) -> str:
         root = tmp_path / name
