@@ -131,9 +131,11 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     0 every `sft.probe_every` steps) decides when the decay starts (`WarmupHoldDecay`): the warm
     start ends past the point where the model has learnt the task format, wherever on a given
     machine that point falls, instead of at a step count tuned on one machine."""
-    if not prompts and not demos:
-        raise ValueError("SFT warm start needs at least one task with a reference solution")
     until = sft.until_pass is not None
+    if not prompts and not demos and (sft.steps or until):  # 0 steps publish the model as it is
+        raise ValueError(f"SFT warm start of {sft.steps} steps needs at least one task with a "
+                         "reference solution (none of the sources has one; sft.steps=0 starts "
+                         "from the model as it is)")
     if until and probe is None:
         raise ValueError("sft.until_pass needs a probe (a single-turn source with references)")
     torch.manual_seed(seed)

@@ -425,3 +425,15 @@ def test_grpo_trains_on_per_token_advantages_where_the_samples_carry_them(base, 
         grpo_update(run, 0, samples, POLICY, rl, 1.0, 0)
     assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
     assert _max_diff(_weights(a, 1), _weights(c, 1)) > 1e-5
+
+
+def test_a_warm_start_of_no_steps_needs_no_data_and_publishes_the_model_as_it_is(tmp_path):
+    # a run whose sources are multi-turn only (no reference pairs) starting from a pretrained
+    # model: version 0 is that model
+    run = str(tmp_path / "run")
+    out = sft_warm_start(run, [], [], POLICY, SFTConfig(steps=0),
+                         RLConfig(), 0)
+    assert out["sft/steps"] == 0 and out["sft/examples"] == 0
+    assert checkpoints.exists(run, 0)
+    with pytest.raises(ValueError, match="3 steps needs at least one task with a reference"):
+        sft_warm_start(str(tmp_path / "other"), [], [], POLICY, SFTConfig(steps=3), RLConfig(), 0)
