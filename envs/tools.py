@@ -300,6 +300,17 @@ CALL_STATUSES = ("ran", "failed", "malformed", "not_run")
 _NAME = re.compile(r'"name"\s*:\s*"([^"]{1,64})"')
 
 
+def tool_results(parts: list[str], limit: int, cut: Callable[[str, int], str]) -> list[str]:
+    """A turn's observation as tool messages, one per action it ran: `parts` are the actions'
+    texts in order, then the turn's last line (its counter, or the episode's end), which goes
+    with the last message. Each is cut (`cut(text, bytes)`) to its share of the observation's
+    `limit`. A turn that ran no action (malformed, submit alone) is one message."""
+    *body, last = parts
+    msgs = body[:-1] + [body[-1] + "\n" + last] if body else [last]
+    share = max(256, limit // len(msgs))
+    return [cut(m, share) for m in msgs]
+
+
 def outcome(status: str, detail: str = "", tests_passed: int | None = None,
             tests_total: int | None = None) -> dict:
     """One executed action's outcome as a kind reports it (`name` and `turn` come later)."""

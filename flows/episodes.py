@@ -276,7 +276,13 @@ class _Loop:
             e.wall_s += r.seconds
             e.backend, e.image_digest = r.backend, r.image_digest
             e.calls += r.info.get("calls", [])
-            seen = fit_observation(tok, r.observation, e.env.obs_tokens) if r.observation else ""
+            # a chat's turn: a tool message per action the kind ran, sharing the turn's budget
+            parts = r.info.get("tool_results") if e.chat else None
+            if parts:
+                share = max(32, e.env.obs_tokens // len(parts))
+                parts = [fit_observation(tok, p, share) for p in parts]
+            seen = ("\n".join(parts) if parts else
+                    fit_observation(tok, r.observation, e.env.obs_tokens) if r.observation else "")
             if r.info.get("action") != "none":  # a real turn (not an end for a full context)
                 e.turn_seconds.append(float(r.info.get("seconds", r.seconds)))
                 e.progress.append(turn_progress(r.info))
@@ -286,8 +292,9 @@ class _Loop:
                 continue
             if id(e) in self.ending:  # a kind that did not end it: it stays as it is
                 continue
-            if e.chat:  # the turn's result as a tool message, in the template's own tokens
-                ids = e.chat.add_messages([{"role": "tool", "content": seen}])
+            if e.chat:  # the turn's results as tool messages, in the template's own tokens
+                ids = e.chat.add_messages([{"role": "tool", "content": p}
+                                           for p in (parts or [seen])])
                 e.text.append(e.chat.r.tok.decode(ids, skip_special_tokens=False))
             else:
                 e.tokens.add_env(tok.encode(observation_text(seen), bos=False))

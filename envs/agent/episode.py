@@ -34,7 +34,7 @@ from typing import Any, Callable, Literal, Mapping
 from envs.agent.scripts import CHECK_SOURCE as _CHECK_SOURCE
 from envs.agent.scripts import CHECK_NO_START, IMITATION, read_visible
 from envs.agent.scripts import RUN_SOURCE as _RUN_SOURCE
-from envs.tools import outcome
+from envs.tools import outcome, tool_results
 from sandbox.base import ExecResult, Limits, Sandbox
 from sandbox.fork_server import trust_script
 from sandbox.workspace import check_relpath
@@ -291,6 +291,8 @@ class EpisodeEnv:
         else:
             left = self.max_turns - self.turn
             parts.append(f"[turn {self.turn}/{self.max_turns}; {left} left]")
+        # one text per action, for a chat's tool messages (a tool call each: envs/CHAT.md)
+        info["tool_results"] = tool_results(parts, self.obs_bytes, truncate)
         self.history.append(info)
         return truncate("\n".join(parts), self.obs_bytes), self.done, info
 

@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
-from envs.tools import ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn
+from envs.tools import (ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn,
+                         tool_results)
 from rewards.aggregate import RewardBreakdown, aggregate
 from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -277,6 +278,8 @@ class RepoEnv(Environment):
         info["seconds"] = time.monotonic() - t0
         if reason is None:
             parts.append(f"[turn {turn}/{self.config.max_turns}]")
+            if calls:  # one tool message per action (envs/CHAT.md)
+                info["tool_results"] = tool_results(parts, self.config.obs_bytes, _cut)
             new = replace(state, files=files, turn=turn, used_s=used,
                           history=state.history + (info,))
             return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), False, info)
@@ -286,6 +289,8 @@ class RepoEnv(Environment):
                     wall_s=time.monotonic() - t0)
         info["seconds"] = time.monotonic() - t0
         parts.append(f"[episode over: {reason}]")
+        if calls:
+            info["tool_results"] = tool_results(parts, self.config.obs_bytes, _cut)
         new = replace(state, files=files, turn=turn, used_s=used, done=True,
                       history=state.history + (info,))
         return StepResult(new, _cut("\n".join(parts), self.config.obs_bytes), True, info)

@@ -71,8 +71,12 @@ def test_repo_through_tools_resolves_and_the_row_keeps_each_calls_outcome(tok, e
     e, row = _play(tok, env, task, {task.task_id: [first, fix(task)]}, drawn)
     assert e.final["end_reason"] == "submit" and e.grade.solved, e.grade
     assert "[exit 1]" in e.observations[0] and "1 failed" in e.observations[0]
-    assert [m["role"] for m in e.chat.messages] == ["system", "user", "assistant", "tool",
-                                                    "assistant"]
+    # one tool message per call of turn 1 (the run, then each read), then turn 2
+    turn1 = e.chat.messages[3:3 + 1 + len(hunks)]
+    assert [m["role"] for m in e.chat.messages] == (["system", "user", "assistant"]
+                                                    + ["tool"] * (1 + len(hunks)) + ["assistant"])
+    assert turn1[0]["content"].startswith("$ pytest") and "1 failed" in turn1[0]["content"]
+    assert all(m["content"].startswith("$ read") for m in turn1[1:])
     assert "search" in e.chat.messages[0]["content"]  # the repo kind's tools, as text
     assert _policy_tokens(e.tokens) == [p for ids, lps in drawn[task.task_id]
                                         for p in zip(ids, lps)]

@@ -93,8 +93,14 @@ def test_tools_episodes_run_through_the_kinds_own_code_and_train_on_the_drawn_to
         policy = [(i, lp) for i, lp, m in zip(t.ids, t.logprobs, t.mask) if m]
         assert policy == [p for ids, lps in drawn[e.task.task_id] for p in zip(ids, lps)]
         assert e.chat.check().equal  # SmolLM2's template is prefix-stable here
+        # one tool message per call that ran: the write's, then the visible tests' (with the
+        # turn's counter), as a Hermes-style template expects one response per call
         assert [m["role"] for m in e.chat.messages] == ["system", "user", "assistant", "tool",
-                                                        "assistant"]
+                                                        "tool", "assistant"]
+        assert e.chat.messages[3]["content"].startswith("wrote solution.py")
+        write, tests = (m["content"] for m in e.chat.messages[3:5])
+        assert "FAIL" in tests and "[turn 1/" in tests
+        assert e.observations[0] == write + "\n" + tests
         assert "write_file" in e.chat.messages[0]["content"]  # tools as text: no tools= support
         assert e.tool_calls == 4 and e.malformed_calls == 0
     m = episode_metrics(eps)
