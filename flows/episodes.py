@@ -350,14 +350,16 @@ def solved(e: Episode) -> bool | None:
 
 def turn_progress(info: dict) -> float | None:
     """What one turn's own test run showed, as the share of its tests that passed: the kind's
-    visible counts (`visible_passed`/`visible_total`, the agent kind), else the last tool call
-    of the turn that ran tests (the repo kind's pytest). None: the turn ran no tests, or the
-    turn was flagged (a flagged run's counts are not progress)."""
+    visible counts (`visible_passed`/`visible_total`, the agent kind), else the last action of
+    the turn that ran tests (`outcomes`, or a tools turn's `calls`: the repo kind's pytest, which
+    fails while a test does).
+    None: the turn ran no tests, or the turn was flagged (a flagged run's counts are not
+    progress)."""
     if info.get("hack_flags"):
         return None
     counts = [(info.get("visible_passed"), info.get("visible_total"))]
     counts += [(c.get("tests_passed"), c.get("tests_total"))
-               for c in reversed(info.get("calls") or []) if c.get("status") == "ran"]
+               for c in reversed(info.get("outcomes") or info.get("calls") or [])]
     for passed, total in counts:
         if type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0:
             return passed / total

@@ -268,6 +268,7 @@ class RepoEnv(Environment):
                     text, done = self._do(a, state.task, files, ctx, left, info)
                     parts.append(text)
                     ran.append(done)
+        info["outcomes"] = ran  # what each action the turn ran did, in either format
         if calls:
             info["calls"] = call_outcomes(calls, ran, info["turn"])
         used = state.used_s + time.monotonic() - t0

@@ -86,6 +86,7 @@ def test_repo_through_tools_resolves_and_the_row_keeps_each_calls_outcome(tok, e
         [(1, "run", "failed")] + [(1, "read", "ran")] * len(hunks)
         + [(2, "edit", "ran")] * len(hunks) + [(2, "submit", "ran")])
     assert (calls[0]["tests_passed"], calls[0]["tests_total"]) == (0, 1)
+    assert row["turn_progress"] == [0.0, None]  # turn 1's pytest: 0 of 1 (rl.turn_credit)
     assert all(c["tests_total"] is None for c in calls[1:])
     assert rows_to_table([row], 0, 0).column("tool_calls").to_pylist() == [calls]
 

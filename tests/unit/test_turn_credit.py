@@ -120,3 +120,20 @@ def test_config_keeps_the_hash_of_episode_credit_and_refuses_rloo():
         load_config(None, ["rl.turn_credit=progress", "rl.algorithm=rloo"])
     with pytest.raises(ConfigError, match="turn_credit"):
         load_config(None, ["rl.turn_credit=per_token"])
+
+
+def test_a_turns_progress_is_its_last_test_run_and_a_flagged_turn_shows_none():
+    from flows.episodes import turn_progress  # noqa: PLC0415
+
+    def run(status, passed=None, total=None):
+        return {"status": status, "detail": "", "tests_passed": passed, "tests_total": total}
+
+    assert turn_progress({"visible_passed": 1, "visible_total": 2}) == 0.5
+    # the repo kind's pytest exits 1 while a test fails: its counts are progress all the same
+    assert turn_progress({"outcomes": [run("failed", 3, 4), run("ran"), run("failed", 1, 4)]}) \
+        == 0.25
+    assert turn_progress({"calls": [run("ran", 2, 2), run("malformed")]}) == 1.0
+    assert turn_progress({"outcomes": [run("ran"), run("not_run")]}) is None
+    assert turn_progress({"visible_passed": 2, "visible_total": 2,
+                          "hack_flags": ["forged_record"]}) is None
+    assert turn_progress({"outcomes": [run("ran", 3, 2), run("ran", True, 2)]}) is None
