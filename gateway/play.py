@@ -149,13 +149,12 @@ class Episodes:
                 "end_reason": info.get("end_reason"), "rows": len(rows), "written": path}
 
     def _write(self, rows: list[dict]) -> str:
-        """The episode's rows as the next shard of the version's iteration (one writer: this
-        gateway's lock; two gateways on one run would need shards of their own)."""
+        """The episode's rows as the next shard of the version's iteration (taken under a lock
+        other gateways on this run take too: storage/trajectories.py `append_shard`)."""
         from storage import trajectories  # noqa: PLC0415
 
         with self._lock:
-            shard = max(trajectories.shards_written(self.run_dir, self.version), default=-1) + 1
-            return trajectories.write_shard(self.run_dir, self.version, shard, rows)
+            return trajectories.append_shard(self.run_dir, self.version, rows)
 
 
 def graded_columns(ep: Open, grade, info: dict) -> dict:

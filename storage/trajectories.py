@@ -17,7 +17,9 @@ compaction), any number of readers.
 """
 from __future__ import annotations
 
+import fcntl
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -118,6 +120,29 @@ def write_shard(run_dir: str, iteration: int, shard: int, rows: list[dict]) -> s
     _check_index("shard", shard)
     file_table = rows_to_table(rows, iteration, shard)
     return _write_conformed(_run(run_dir), iteration, shard, file_table)
+
+
+def append_shard(run_dir: str, iteration: int, rows: list[dict]) -> str:
+    """`rows` as the next shard of `iteration`, for a writer that adds to an iteration a batch
+    at a time (the gateway, an episode a shard). The number is taken and the shard written
+    under an exclusive lock that every process appending to this run takes, so two writers
+    (two gateways on one run) never take one number, nor drop each other's file from the
+    manifest. A run folder on an object store has no such lock: there, one writer a run."""
+    with _appending(_run(run_dir)):
+        shard = max(shards_written(run_dir, iteration), default=-1) + 1
+        return write_shard(run_dir, iteration, shard, rows)
+
+
+@contextmanager
+def _appending(run: Location):
+    if not run.is_local:
+        yield
+        return
+    lock = run.join("trajectories")
+    lock.fs.makedirs(lock.path, exist_ok=True)
+    with open(lock.join(".append.lock").path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        yield
 
 
 def _piece(folder: Location, table: pa.Table, iteration: int, first: int, last: int,

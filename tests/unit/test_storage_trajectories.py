@@ -360,3 +360,26 @@ def test_solved_is_read_back_from_the_row_facts_where_a_writer_left_it_null(run_
     assert read_trajectories(run_dir).sort_values("completion")["solved"].tolist() == want
     got = query(os.path.dirname(run_dir), "SELECT solved FROM trajectories ORDER BY completion")
     assert got.column("solved").to_pylist() == want
+
+
+_APPENDER = textwrap.dedent("""
+    import sys
+    from storage.synthetic import example_row
+    from storage.trajectories import append_shard
+    run_dir, who, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for i in range(n):
+        append_shard(run_dir, 0, [example_row(i=i, group_id=f"{who}:{i}")])
+""")
+
+
+def test_two_processes_appending_to_one_iteration_lose_and_share_no_shard(run_dir):
+    """Two gateways on one run, each writing an episode a shard: every shard is written once
+    and every row is there (without the lock both took one number, and one's file dropped the
+    other's from the manifest)."""
+    n = 12
+    procs = [subprocess.Popen([sys.executable, "-c", _APPENDER, run_dir, who, str(n)],
+                              cwd=os.getcwd()) for who in ("a", "b")]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0]
+    assert shards_written(run_dir, 0) == set(range(2 * n))
+    df = read_trajectories(run_dir, iteration=0)
+    assert sorted(df["group_id"]) == sorted(f"{w}:{i}" for w in "ab" for i in range(n))
