@@ -98,6 +98,7 @@ class Episode:
 
 
 Turns = Literal["synchronous", "per_episode"]
+_DRAIN_S = 30.0  # the longest a stopping loop waits for its calls in flight
 
 
 def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, tok,
@@ -193,6 +194,11 @@ class _Loop:
         except BaseException:
             for f in self.flight:
                 f.cancel()
+            # A stop ends a batch being sampled at its next token (training.generate
+            # .stop_sampling): let the calls in flight end here, while the run's Prefect API is
+            # still up. A call that reported its end after the API had gone made Prefect start
+            # a temporary server of its own, which nothing stopped.
+            wait(list(self.flight), timeout=_DRAIN_S)
             raise
         finally:
             for pool in self.pools.values():  # a failed call's siblings are not waited for

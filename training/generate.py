@@ -16,8 +16,10 @@ from training.policy import tokenizer_of
 stop_sampling = threading.Event()
 
 
-class SamplingStopped(Exception):
-    """A batch left unfinished because the process is stopping (`stop_sampling`)."""
+class SamplingStopped(BaseException):
+    """A batch left unfinished because the process is stopping (`stop_sampling`). A
+    BaseException, as the stop itself is: not a failure a stage's retries should try again
+    (a retried batch would sample on, for minutes, through the process's exit)."""
 
 
 @dataclass(frozen=True)

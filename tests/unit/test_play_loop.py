@@ -226,3 +226,37 @@ def test_auto_turns_are_per_episode_for_an_engine_and_synchronous_for_the_local_
         "turns": "synchronous", "concurrent": True}
     # how turns are scheduled is not what a run computes: a resume may change it
     assert load_config(None, ["sampling.turns=per_episode"]).hash() == load_config(None, []).hash()
+
+
+def test_a_stopped_play_returns_only_after_its_batch_in_flight_ended():
+    """A stop (SIGTERM) raises in the loop's thread while a batch samples in another; the
+    batch ends at its next token (`stop_sampling`), and the loop waits for it before the stop
+    goes on, so nothing of the run reports to Prefect after the run's API is gone."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    from flows.stop import Stopped, stop_on_signals  # noqa: PLC0415
+    from training.generate import SamplingStopped, stop_sampling  # noqa: PLC0415
+
+    started, ended = threading.Event(), threading.Event()
+
+    def sample_fn(turn, contexts, episodes, max_new_tokens, k):
+        started.set()
+        try:
+            while not stop_sampling.wait(0.05):  # a long batch, token by token
+                pass
+            time.sleep(0.3)  # the token it was computing
+            raise SamplingStopped("stopped")
+        finally:
+            ended.set()
+
+    def signal_when_sampling():
+        assert started.wait(WAIT_S)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=signal_when_sampling, daemon=True).start()
+    with pytest.raises(Stopped):
+        with stop_on_signals():
+            play(_tasks(2), [Countdown()] * 2, 1, 4096, TOK, 16, sample_fn,
+                 Recorder().step_fn, turns="per_episode")
+    assert ended.is_set()  # not still running in the play's thread pool
