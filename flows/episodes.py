@@ -171,8 +171,9 @@ class _Loop:
         self.issued: dict[Future, int] = {}
         self.ending: set[int] = set()  # episodes stepped without an action (context full)
         cap = max(1, min(len(eps), 256))
-        self.pools = {"sample": ThreadPoolExecutor(cap, thread_name_prefix="play-sample"),
-                      "step": ThreadPoolExecutor(cap, thread_name_prefix="play-step")}
+        self.prefix = f"play-{id(self):x}"  # this loop's threads (`_drain`)
+        self.pools = {k: ThreadPoolExecutor(cap, thread_name_prefix=f"{self.prefix}-{k}")
+                      for k in ("sample", "step")}
 
     def run(self) -> None:
         try:
@@ -198,11 +199,22 @@ class _Loop:
             # .stop_sampling): let the calls in flight end here, while the run's Prefect API is
             # still up. A call that reported its end after the API had gone made Prefect start
             # a temporary server of its own, which nothing stopped.
-            wait(list(self.flight), timeout=_DRAIN_S)
+            self._drain()
             raise
         finally:
             for pool in self.pools.values():  # a failed call's siblings are not waited for
                 pool.shutdown(wait=False, cancel_futures=True)
+
+    def _drain(self) -> None:
+        """Wait (up to _DRAIN_S) for this loop's pool threads to end. Its threads, found by
+        name, not its recorded futures: a stop can land inside a submit, after the thread
+        took the call and before the pool or the loop recorded either."""
+        for pool in self.pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        end = time.monotonic() + _DRAIN_S
+        for t in threading.enumerate():
+            if t.name.startswith(self.prefix):
+                t.join(max(0.0, end - time.monotonic()))
 
     def _busy(self, kind: str) -> bool:
         return any(k == kind for k, _, _ in self.flight.values())

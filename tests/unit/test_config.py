@@ -103,4 +103,13 @@ def test_settings_that_change_no_result_keep_the_hash_of_runs_made_before_them()
 def test_every_shipped_config_validates(path):
     """A config in configs/ that no longer validates (a field renamed or moved) is found here,
     not by the user who runs it."""
-    assert len(load_config(ROOT / "configs" / path).hash()) == 12
+    import re  # noqa: PLC0415
+
+    try:
+        cfg = load_config(ROOT / "configs" / path)
+    except ConfigError as exc:  # a kind deleted from this tree (tests/unit/test_kind_folders.py)
+        gone = re.search(r"unknown kind '(\w+)'", str(exc))
+        if gone and not (ROOT / "envs" / gone[1]).is_dir():
+            pytest.skip(f"{path} plays the kind {gone[1]!r}, whose folder this tree lacks")
+        raise
+    assert len(cfg.hash()) == 12

@@ -19,7 +19,7 @@ def _row(eval_id, model, source, task, passed, mode="greedy", idx=0):
             "answer_executed": None, "reward": None if passed is None else
             float(passed), "passed": passed, "tests_passed": None, "tests_total": None,
             "status": "ok", "hack_flags": [], "infra_error": passed is None, "turns": 1,
-            "gen_s": 0.0, "chunk": 0, "written_at": "2026-12-04T00:00:00+00:00"}
+            "gen_s": 0.0, "tool_calls": None, "chunk": 0, "written_at": "2026-12-04T00:00:00+00:00"}
 
 
 def _store(tmp_path, outcomes):
