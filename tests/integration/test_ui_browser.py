@@ -70,11 +70,28 @@ def _input(scope, title: str):
         "input, textarea").first
 
 
+def _artifacts_tab(page, base_ui: str, run_id: str, tries: int = 3) -> None:
+    """The flow run's page on its Artifacts tab, once the artifact cards show. A click on the
+    tab before the page has settled can leave the other tab shown (seen once in CI, the run
+    completed and its artifacts in the API): the page is loaded again, as a user would."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: PLC0415
+
+    for attempt in range(tries):
+        page.goto(f"{base_ui}/runs/flow-run/{run_id}", timeout=UI_TIMEOUT_MS)
+        page.wait_for_load_state("networkidle")
+        page.locator("li.p-tab#artifacts").click()
+        try:
+            page.locator(".artifact-card__title").first.wait_for(timeout=40_000)
+            return
+        except PlaywrightTimeout:
+            if attempt == tries - 1:
+                raise
+
+
 def _open_artifact(page, base_ui: str, run_id: str, key: str, last: int):
     """From the flow run's Artifacts tab, the artifact `key` published after the last
     iteration (each iteration publishes a new version of it)."""
-    page.goto(f"{base_ui}/runs/flow-run/{run_id}", timeout=UI_TIMEOUT_MS)
-    page.locator("li.p-tab#artifacts").click()
+    _artifacts_tab(page, base_ui, run_id)
     page.locator(f"a:has(.artifact-card__title:text-is('{key}'))").filter(
         has_text=f"after iteration {last}").click()
     page.wait_for_url("**/artifacts/artifact/**", timeout=UI_TIMEOUT_MS)
@@ -140,9 +157,7 @@ def test_custom_run_from_the_ui_form_completes_and_its_artifacts_render(
                 resolved = yaml.safe_load((out / "tiny" / "config.yaml").read_text())
                 assert (resolved["iterations"], resolved["rl"]["lr"]) == (ITERATIONS, LR)
 
-                page.goto(f"{base_ui}/runs/flow-run/{run['id']}")
-                page.locator("li.p-tab#artifacts").click()
-                page.locator(".artifact-card__title").first.wait_for()
+                _artifacts_tab(page, base_ui, run["id"])
                 _shot(page, shots / "run-artifacts.png")
 
                 _open_artifact(page, base_ui, run["id"], "rollforge-tiny-metrics", ITERATIONS - 1)
