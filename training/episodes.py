@@ -110,21 +110,25 @@ class EpisodeTokens:
         self.mask += [0] * len(ids)
 
 
+def _run_starts(mask: Sequence[int]) -> list[bool]:
+    """Per token: whether a run of policy tokens (1s) begins there."""
+    return [bool(m) and (i == 0 or not mask[i - 1]) for i, m in enumerate(mask)]
+
+
 def policy_runs(mask: Sequence[int]) -> int:
     """How many runs of policy tokens (1s) `mask` holds: one per turn of an episode."""
-    return sum(1 for i, m in enumerate(mask) if m and (i == 0 or not mask[i - 1]))
+    return sum(_run_starts(mask))
 
 
 def token_values(mask: Sequence[int], per_turn: Sequence[float]) -> list[float]:
     """One value per completion token: turn k's value on the k-th run of policy tokens, 0 on
     the environment's tokens (they are out of the loss)."""
-    if policy_runs(mask) != len(per_turn):
-        raise ValueError(f"{len(per_turn)} turn values for {policy_runs(mask)} runs of policy "
-                         "tokens")
+    starts = _run_starts(mask)
+    if sum(starts) != len(per_turn):
+        raise ValueError(f"{len(per_turn)} turn values for {sum(starts)} runs of policy tokens")
     out, k = [], -1
-    for i, m in enumerate(mask):
-        if m and (i == 0 or not mask[i - 1]):
-            k += 1
+    for m, start in zip(mask, starts):
+        k += start
         out.append(float(per_turn[k]) if m else 0.0)
     return out
 

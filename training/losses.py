@@ -65,9 +65,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     objective of samples from an older policy (AReaL, Fu et al. 2025), where `old_logp` is then
     the update's starting policy and `is_weight` pi_start / pi_sampler, truncated; None: 1.
     """
+    adv = advantages if advantages.dim() == 2 else advantages[:, None]
     if clip_eps_high is None:  # the first loop's exact arithmetic (symmetric clip)
         ratio = torch.exp(logp - old_logp)
-        adv = advantages if advantages.dim() == 2 else advantages[:, None]
         unclipped = ratio * adv
         clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * adv
         per_token = -torch.minimum(unclipped, clipped)
@@ -78,7 +78,6 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
             n = mask.sum().clamp(min=1.0)
             clip_frac = (((ratio - 1.0).abs() > clip_eps).float() * mask).sum() / n
         return loss, {"clip_frac": float(clip_frac)}
-    adv = advantages if advantages.dim() == 2 else advantages[:, None]
     per_token, clip_frac = _clipped_surrogate(logp, old_logp, adv, mask, clip_eps,
                                               clip_eps_high, None)
     if is_weight is not None:
