@@ -144,7 +144,7 @@ def run_transfer(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     print(f"transfer: {len(cells)} cells ({len(args.runs) + 1} checkpoints x "
           f"{len(args.sources)} sources)")
-    from flows.stop import Stopped, prefect_api, stop_on_signals
+    from flows.stop import Stopped, prefect_api, report_stop, stop_on_signals
 
     try:
         with stop_on_signals(), prefect_api():
@@ -153,9 +153,8 @@ def run_transfer(args: argparse.Namespace) -> int:
             res = transfer_flow(base=args.base, runs=list(args.runs), sources=list(args.sources),
                                 out=args.out, **kw)
     except Stopped as exc:
-        print(f"rollforge eval transfer: stopped by {exc.name}; the same command resumes",
-              file=sys.stderr)
-        return 128 + exc.signum
+        return report_stop(exc, f"rollforge eval transfer: stopped by {exc.name}; the same "
+                           "command resumes")
     print(res["table"])
     print(f"cells: {res['reused']} reused from the store, {res['run']} evaluated now (of "
           f"{res['cells']}); wrote transfer.md, transfer.csv, transfer.png in {args.out}")

@@ -53,7 +53,7 @@ def _run(args: argparse.Namespace) -> int:
 
     apply_defaults()
 
-    from flows.stop import Stopped, prefect_api, stop_on_signals
+    from flows.stop import Stopped, prefect_api, report_stop, stop_on_signals
 
     try:
         with stop_on_signals(), prefect_api():
@@ -61,9 +61,8 @@ def _run(args: argparse.Namespace) -> int:
 
             result = train_flow(cfg.model_dump(mode="json"))
     except Stopped as exc:
-        print(f"rollforge run: stopped by {exc.name}; the same command resumes the run "
-              f"({cfg.run_dir})", file=sys.stderr)
-        return 128 + exc.signum
+        return report_stop(exc, f"rollforge run: stopped by {exc.name}; the same command "
+                           f"resumes the run ({cfg.run_dir})")
     from flows.report import summary
     from storage.registry import read_metrics
 

@@ -30,7 +30,7 @@ def run_model_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
         print(f"evaluation {p.eval_id}: {p.ref.label} (v{p.ref.version}) on "
               f"{p.spec['tasks']} {args.split} tasks in {len(p.chunks)} chunks, 1 greedy + "
               f"{p.n} sampled a task, seed {p.cfg.seed}")
-    from flows.stop import Stopped, prefect_api, stop_on_signals
+    from flows.stop import Stopped, prefect_api, report_stop, stop_on_signals
 
     try:
         with stop_on_signals(), prefect_api():
@@ -38,9 +38,8 @@ def run_model_eval(args: argparse.Namespace, ks: tuple[int, ...]) -> int:
 
             counts = evaluate_model_flow(**kwargs)
     except Stopped as exc:
-        print(f"rollforge eval: stopped by {exc.name}; the same command resumes the "
-              f"evaluation {p.eval_id}", file=sys.stderr)
-        return 128 + exc.signum
+        return report_stop(exc, f"rollforge eval: stopped by {exc.name}; the same command "
+                           f"resumes the evaluation {p.eval_id}")
     return report(p, counts, ks, args.quiet)
 
 

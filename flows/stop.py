@@ -161,3 +161,38 @@ def second_signal_ends_it() -> None:
     if isinstance(sys.exc_info()[1], (TerminationSignal, Stopped, KeyboardInterrupt)):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+EXIT_GRACE_S = 20.0  # a stopped command's exit, once its cleanup is done, takes 1-3 s
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """End the process with `code` if its exit has not finished `seconds` from now. Called once
+    a stopped command has cleaned up and said so: `Stopped` is raised wherever the main thread
+    was, and a library whose code it went through can be left with a non-daemon thread nothing
+    will wake, which interpreter exit waits for forever (seen in CI: a worker of the thread pool
+    transformers loads weights with, blocked on its queue after a stop during `from_pretrained`).
+    Past the grace the stacks of every thread are printed to stderr, so such a hang is found,
+    and the process ends at once (`os._exit`: the cleanup is done; only the hang is cut)."""
+    import faulthandler  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    def watch() -> None:
+        time.sleep(seconds)
+        sys.stderr.write(f"rollforge: the exit did not finish in {seconds:.0f} s; it ends now "
+                         f"(exit {code}); the threads still running:\n")
+        sys.stderr.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=watch, daemon=True, name="rollforge-exit-watch").start()
+
+
+def report_stop(exc: Stopped, message: str) -> int:
+    """What a command does once a signal stopped it and its cleanup is done: say `message` on
+    stderr, bound the exit (`exit_within`), return the exit status (128 + the signal)."""
+    print(message, file=sys.stderr)
+    exit_within(EXIT_GRACE_S, 128 + exc.signum)
+    return 128 + exc.signum
