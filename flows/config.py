@@ -229,22 +229,30 @@ class RunConfig(BaseModel):
             for k in ("until_pass", "probe_tasks", "probe_every", "decay_steps",
                       "probe_generic_names"):
                 d["sft"].pop(k, None)
-        # A probe that may hold generic-named tasks is how runs before the choice worked.
-        _pop_defaults(d["sft"], SFTConfig, ("probe_generic_names",))
-        _pop_defaults(d["sft"], SFTConfig, ("dataset",))  # the sources' references, as before
-        # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
-        # them worked: same hash.
-        _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",
-                                                  "lora_targets", "gradient_checkpointing"))
-        _pop_defaults(d["rl"], RLConfig, ("autocast",))
-        # Overlap off and episode credit are how runs before them worked: same hash.
-        _pop_defaults(d["rl"], RLConfig, ("overlap", "off_policy_is_cap"))
-        _pop_defaults(d["rl"], RLConfig, ("turn_credit", "turn_credit_coef"))
+        _pop_later_options_at_defaults(d)
         return d
 
     def hash(self) -> str:
         """12 hex digits of `computed()`: in the stages' cache keys, on every row, in `runs`."""
         return hashlib.sha256(json.dumps(self.computed(), sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _pop_later_options_at_defaults(d: dict) -> None:
+    """Leave out of `d` (a computed config) the options added after runs existed while they are
+    at their defaults: those runs computed exactly that, so they keep their hash."""
+    # A probe that may hold generic-named tasks is how runs before the choice worked.
+    _pop_defaults(d["sft"], SFTConfig, ("probe_generic_names",))
+    _pop_defaults(d["sft"], SFTConfig, ("dataset",))  # the sources' references, as before
+    # LoRA, gradient checkpointing and autocast at their defaults (off, none) are how runs before
+    # them worked: same hash.
+    _pop_defaults(d["policy"], PolicyConfig, ("lora_rank", "lora_alpha", "lora_dropout",
+                                              "lora_targets", "gradient_checkpointing"))
+    _pop_defaults(d["rl"], RLConfig, ("autocast",))
+    # Overlap off, episode credit and no gateway rows are how runs before them worked:
+    # same hash.
+    _pop_defaults(d["rl"], RLConfig, ("overlap", "off_policy_is_cap"))
+    _pop_defaults(d["rl"], RLConfig, ("turn_credit", "turn_credit_coef"))
+    _pop_defaults(d["rl"], RLConfig, ("gateway_rows", "gateway_max_lag"))
 
 
 def _pop_defaults(section: dict, model, names: tuple[str, ...]) -> None:

@@ -14,9 +14,11 @@ import dataclasses
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated
+
+import numpy as np
 
 from prefect import flow, get_run_logger
 from prefect.futures import wait as wait_futures
@@ -33,6 +35,7 @@ from flows.pipeline import (eval_due, phase_label, checkpoint, generate_tasks,  
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
+from gateway.train import loop_rows
 from flows.sampler import (close_engines, engine_metrics, play_options, policy_tokenizer,
                            preflight)
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
@@ -299,6 +302,7 @@ class Collected:
     first_share: float  # informative share of the first round's groups (NaN: none drawn)
     timings: dict[str, float]  # `time/<stage>_s` -> seconds
     sampled_with: int  # the policy version that sampled the episodes
+    gateway: dict = field(default_factory=dict)  # rl.gateway_rows: what was taken, as metrics
 
     def timed(self, **seconds: float) -> "Collected":
         """A copy with `time/<name>_s` set for each `name=seconds` (`update_policy=1.5`:
@@ -354,11 +358,19 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
         if rnd == 0:  # what the sampler alone achieved, before any refill
             first_share = kept_groups / max(1, len(rows) // G)
     timed("write_trajectories", write_trajectories, cfg=cfg, iteration=it, version=v, rows=rows)
-    train_rows = ([r for r, k in zip(rows, stages.train_row_mask(rows)) if k]
-                  if cfg.tasks.dynamic_sampling else rows)
-    return Collected(rows=rows, train_rows=train_rows, episodes=episodes, stepped=stepped,
-                     queue=queue, rounds=rounds, kept_groups=kept_groups,
-                     first_share=first_share, timings=timings, sampled_with=v)
+    # The gateway's rows (rl.gateway_rows) join the update as the iteration's own do: under
+    # dynamic sampling, their informative groups only.
+    gateway = loop_rows(cfg, it, v) if cfg.rl.gateway_rows else []
+    both = rows + gateway
+    keep = (stages.train_row_mask(both) if cfg.tasks.dynamic_sampling
+            else np.ones(len(both), dtype=bool))
+    taken = ({"gateway/episodes_taken": len({r["episode_id"] for r in gateway}),
+              "gateway/rows_trained": int(keep[len(rows):].sum())}
+             if cfg.rl.gateway_rows else {})
+    return Collected(rows=rows, train_rows=[r for r, k in zip(both, keep) if k],
+                     episodes=episodes, stepped=stepped, queue=queue, rounds=rounds,
+                     kept_groups=kept_groups, first_share=first_share, timings=timings,
+                     gateway=taken, sampled_with=v)
 
 
 def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, log, client,
@@ -380,7 +392,7 @@ def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, 
                "curriculum/groups_trained": len({r["group_id"] for r in col.train_rows}),
                "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
                                               if rows else math.nan),
-               "policy_sampled": col.sampled_with, **engine_metrics(cfg)}
+               "policy_sampled": col.sampled_with, **col.gateway, **engine_metrics(cfg)}
     for src in sorted({r["source"] for r in rows if r["source"]}):
         mine = [r for r in rows if r["source"] == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)

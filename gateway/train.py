@@ -1,7 +1,16 @@
-"""An update of the run's policy on the episodes outside clients played through the gateway
-(gateway/play.py): the rows of one policy version, with the rewards the kinds' graders gave,
-their advantages computed per task (the GRPO group), trained by the loop's own update
-(training/trainer.py `grpo_update`): it reads version N and publishes N + 1.
+"""Training on the episodes outside clients played through the gateway (gateway/play.py): the
+rows of chosen policy versions, with the rewards the kinds' graders gave and their advantages
+computed per task (the GRPO group), trained by the loop's own update (training/trainer.py
+`grpo_update`). Two ways in:
+
+- `train_on_gateway` (`rollforge gateway --train`): one update of version N on the rows N
+  sampled; it publishes N + 1.
+- `loop_rows` (`rl.gateway_rows`): the loop's iteration takes the gateway's rows of the version
+  it samples with (and up to `rl.gateway_max_lag` versions before, off-policy, as the update's
+  truncated importance weights allow) that no earlier iteration took, beside its own rows.
+  Which episodes it takes is recorded before its update (storage/registry.py
+  `record_gateway_take`), so a retried or resumed iteration trains on the same rows and none is
+  trained twice.
 
 Rows that could not be scored (NaN reward) train with advantage 0, as in the loop. A task
 played once is a group of one, so its advantage is 0: the update learns from tasks played
@@ -10,38 +19,50 @@ task again).
 """
 from __future__ import annotations
 
-import math
+from collections.abc import Iterable
 
 from flows.config import RunConfig
 from gateway.play import store_dir
+
+_ARRAYS = ("prompt_token_ids", "completion_token_ids", "sampling_logprobs", "completion_mask")
+
+
+def graded_rows(cfg: RunConfig, versions: Iterable[int],
+                episodes: set[str] | None = None) -> list[dict]:
+    """The gateway's stored rows sampled by any of `versions` (of `episodes` only, where
+    given) as the loop's rows are (plain lists), each with its advantage among the rows
+    returned: a group (a task) is compared over every version taken."""
+    import numpy as np  # noqa: PLC0415
+
+    from rewards.advantages import advantages_for  # noqa: PLC0415
+    from storage import trajectories  # noqa: PLC0415
+
+    where = store_dir(cfg)
+    written = set(trajectories.iterations_written(where))
+    rows: list[dict] = []
+    for v in sorted(set(versions) & written):
+        for r in trajectories.read_trajectories(where, v).to_dict("records"):
+            if episodes is None or r["episode_id"] in episodes:
+                rows.append({**r, **{k: None if r[k] is None else np.asarray(r[k]).tolist()
+                                     for k in _ARRAYS}, "turn_advantages": None})
+    if rows:
+        adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages,
+                             np.array([r["reward"] for r in rows], dtype=np.float64),
+                             np.array([r["group_id"] for r in rows]))
+        for r, a in zip(rows, adv):
+            r["advantage"] = float(a)
+    return rows
 
 
 def gateway_samples(cfg: RunConfig, version: int) -> list:
     """The RLSamples of the gateway's graded rows sampled by `version` (ValueError when there
     are none)."""
-    import numpy as np  # noqa: PLC0415
+    from flows.pipeline import rl_samples  # noqa: PLC0415
 
-    from rewards.advantages import advantages_for  # noqa: PLC0415
-    from storage import trajectories  # noqa: PLC0415
-    from training.batch import RLSample  # noqa: PLC0415
-
-    where = store_dir(cfg)
-    if version not in trajectories.iterations_written(where):
-        raise ValueError(f"no gateway episodes of policy version {version} in {where}")
-    df = trajectories.read_trajectories(where, version)
-    rewards = df["reward"].astype(float).to_numpy()
-    adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages, rewards,
-                         df["group_id"].astype(str).to_numpy())
-    out = []
-    for (_, r), a in zip(df.iterrows(), adv):
-        mask = r["completion_mask"]
-        out.append(RLSample(
-            [int(t) for t in r["prompt_token_ids"]], [int(t) for t in r["completion_token_ids"]],
-            [float(x) for x in r["sampling_logprobs"]], 0.0 if math.isnan(a) else float(a),
-            reward=float(r["reward"]), group_id=r["group_id"],
-            completion_mask=None if mask is None else [int(m) for m in np.asarray(mask)],
-            version=int(r["policy_version"]), engine_sampled=cfg.sampling.engine != "local"))
-    return out
+    rows = graded_rows(cfg, [version])
+    if not rows:
+        raise ValueError(f"no gateway episodes of policy version {version} in {store_dir(cfg)}")
+    return rl_samples(cfg, rows)
 
 
 def train_on_gateway(cfg: RunConfig, version: int) -> dict:
@@ -54,3 +75,24 @@ def train_on_gateway(cfg: RunConfig, version: int) -> dict:
                           cfg.sampling.temperature, cfg.seed)
     return {**metrics, "gateway/samples": len(samples),
             "gateway/informative": sum(s.advantage != 0.0 for s in samples)}
+
+
+def loop_rows(cfg: RunConfig, iteration: int, version: int) -> list[dict]:
+    """The gateway rows the loop's iteration `iteration`, sampling with `version`, trains on
+    (module docstring): its recorded take, or, at its first call, the episodes of versions
+    `version - rl.gateway_max_lag` .. `version` in the store now that no earlier iteration
+    took, recorded before they are returned."""
+    from storage import registry, trajectories  # noqa: PLC0415
+
+    takes = registry.gateway_takes(cfg.run_dir)
+    if iteration not in takes:
+        versions = list(range(max(0, version - cfg.rl.gateway_max_lag), version + 1))
+        taken = {e for it, t in takes.items() if it < iteration for e in t["episodes"]}
+        where = store_dir(cfg)
+        written = set(trajectories.iterations_written(where))
+        found = {e for v in versions if v in written
+                 for e in trajectories.read_trajectories(where, v)["episode_id"]}
+        registry.record_gateway_take(cfg.run_dir, iteration, versions, sorted(found - taken))
+        takes = registry.gateway_takes(cfg.run_dir)
+    take = takes[iteration]
+    return graded_rows(cfg, take["versions"], set(take["episodes"])) if take["episodes"] else []

@@ -125,6 +125,27 @@ def record_metrics(run_dir: str, iteration: int, metrics: dict) -> None:
     atomic_write_bytes(loc, _json_bytes(record, f"metrics of iteration {iteration}"))
 
 
+def record_gateway_take(run_dir: str, iteration: int, versions: list[int],
+                        episodes: list[str]) -> None:
+    """Record which of the gateway's episodes (their ids, of the policy `versions`) iteration
+    `iteration`'s update takes (rl.gateway_rows). Written once, before the update, so a
+    retried or resumed iteration trains on the same rows however many a client has added
+    since, and no later iteration takes them again."""
+    _check_iteration(iteration)
+    record = {"iteration": iteration, "recorded_at": _now(), "versions": sorted(versions),
+              "episodes": sorted(episodes)}
+    atomic_write_bytes(locate(run_dir).join("gateway_takes", f"iteration={iteration}.json"),
+                       _json_bytes(record, f"gateway take of iteration {iteration}"))
+
+
+def gateway_takes(run_dir: str) -> dict[int, dict]:
+    """Iteration -> its recorded gateway take (`versions`, `episodes`), {} where none."""
+    folder = locate(run_dir).join("gateway_takes")
+    if not folder.exists():
+        return {}
+    return {it: _read_json(loc) for it, loc in _iteration_records(folder)}
+
+
 def record_warm_start(run_dir: str, metrics: dict) -> None:
     """Record what the warm start that made version 0 did (its steps, its data's counts, a
     probe's pass rate), so a resumed run that reuses version 0 still knows. Recording again

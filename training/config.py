@@ -228,6 +228,17 @@ class RLConfig(BaseModel):
     turn_credit_coef: float = Field(
         0.5, ge=0, description="progress: the weight of Phi_t, in the advantages' units (group "
         "std units when scale_advantages)")
+    gateway_rows: bool = Field(
+        False, description="each iteration's update also trains on the episodes outside "
+        "clients played through the run's gateway (`rollforge gateway --episodes`, stored in "
+        "<out_dir>/<run_id>-gateway) with the version the iteration samples with, or up to "
+        "gateway_max_lag versions before, that no earlier iteration took; which ones is "
+        "recorded before the update (<run_dir>/gateway_takes), so a resumed iteration takes the "
+        "same (gateway/train.py `loop_rows`)")
+    gateway_max_lag: int = Field(
+        1, ge=0, description="gateway_rows: the oldest policy version taken, in versions before "
+        "the one the iteration samples with (off-policy rows; the update's truncated importance "
+        "weights, off_policy_is_cap, correct them)")
     zero_stage: Literal[0, 1, 2, 3] = Field(0, description="DeepSpeed ZeRO stage")
     dtype: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
     autocast: Literal["none", "bf16"] = Field(
