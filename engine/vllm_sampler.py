@@ -15,13 +15,13 @@ from __future__ import annotations
 import http.client
 import json
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
 from engine.boundary import Completion, SampleRequest
+from engine.stopping import SamplingStopped, stop_sampling
 from engine.vllm_server import EngineError, ServerSettings, VLLMServer
 
 # vLLM clamps a logit bias to [-100, 100]: -100 leaves a banned token exp(-100) of the mass
@@ -38,6 +38,14 @@ def parse_token(s: str) -> int:
         raise EngineError(f"expected a token named 'token_id:N' from the engine, got {s!r} (was "
                           "return_tokens_as_token_ids ignored?)")
     return int(num)
+
+
+def _stop_if_stopping() -> None:
+    """Raise `SamplingStopped` once the process is stopping (training/generate.py
+    `stop_sampling`): the stop closes the engine, and its requests in flight must end, not be
+    retried with back-off through the process's exit, nor reported as the engine failing."""
+    if stop_sampling.is_set():
+        raise SamplingStopped("engine sampling stopped: the process is stopping")
 
 
 def _transient(e: BaseException) -> bool:
@@ -95,6 +103,7 @@ class VLLMSampler:
         data = json.dumps(body).encode()
         url = f"{self.server.base_url}/v1/completions"
         for attempt in range(self.retries + 1):
+            _stop_if_stopping()
             req = urllib.request.Request(url, data, {"Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as r:
@@ -104,13 +113,15 @@ class VLLMSampler:
                 raise EngineError(f"the engine at {self.server.base_url} refused a completion "
                                   f"request (HTTP {e.code}): {detail}") from e
             except Exception as e:  # noqa: BLE001: only the transient ones are retried
+                _stop_if_stopping()  # the run stopped its engine: not the engine's failure
                 if not _transient(e) or attempt == self.retries:
                     where = f" (its log: {self.server.log_path})" if self.server.log_path else ""
                     raise EngineError(f"the engine at {self.server.base_url} did not answer a "
                                       f"completion request after {attempt + 1} attempt(s): "
                                       f"{type(e).__name__}: {e}{where}") from e
                 self.retried += 1
-                time.sleep(self.backoff_s * 2 ** attempt)
+                if stop_sampling.wait(self.backoff_s * 2 ** attempt):  # a stop ends the wait
+                    _stop_if_stopping()
         raise AssertionError("unreachable")
 
     def _completions(self, request: SampleRequest, index: int, response: dict) -> list[Completion]:

@@ -105,7 +105,7 @@ def stop_on_signals() -> Iterator[None]:
     same behaviour while Prefect's handler is still installed."""
     import signal  # noqa: PLC0415
 
-    from training.generate import stop_sampling  # noqa: PLC0415
+    from engine.stopping import stop_sampling  # noqa: PLC0415
 
     def handler(signum, _frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

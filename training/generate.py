@@ -1,25 +1,13 @@
 """Batched sampling with a KV cache, returning token ids and the sampling policy's log-probs."""
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
+from engine.stopping import SamplingStopped, stop_sampling
 from training.policy import tokenizer_of
-
-
-# Set when the process is asked to stop (flows/stop.py): a batch being sampled in another thread
-# ends at its next token instead of holding the process's exit until it is done (Python joins
-# a thread pool's threads at exit; a batch of the real model takes minutes on a CPU).
-stop_sampling = threading.Event()
-
-
-class SamplingStopped(BaseException):
-    """A batch left unfinished because the process is stopping (`stop_sampling`). A
-    BaseException, as the stop itself is: not a failure a stage's retries should try again
-    (a retried batch would sample on, for minutes, through the process's exit)."""
 
 
 @dataclass(frozen=True)

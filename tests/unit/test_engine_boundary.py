@@ -1,6 +1,8 @@
 """The sampling boundary: typed requests refused at the door, and the local sampler behind it
 (token ids in; ids, log-probs and a finish reason out) on the project's tiny default policy.
 The vLLM engine answers the same request in tests/integration/test_engine_vllm.py."""
+import threading
+
 import pytest
 import torch
 
@@ -137,6 +139,28 @@ def test_an_unreachable_engine_is_retried_then_named(monkeypatch):
     with pytest.raises(EngineError, match="after 3 attempt"):
         s.sample(SampleRequest([[5, 6]]))
     assert s.retried == 2
+
+
+@pytest.mark.timeout(120)
+def test_a_stop_ends_an_engines_requests_without_their_retries():
+    """The run's stop closes its engine: the requests in flight must end at once with
+    SamplingStopped (a stop, not the engine failing), not be retried through the back-off (here
+    10 minutes, which the test's timeout would catch)."""
+    from engine.stopping import SamplingStopped, stop_sampling
+
+    server = VLLMServer(base_url="http://127.0.0.1:9", model_name="policy")  # refused
+    s = VLLMSampler(server, retries=3, backoff_s=600.0)
+    timer = threading.Timer(0.5, stop_sampling.set)  # the signal, once the first try failed
+    timer.start()
+    try:
+        with pytest.raises(SamplingStopped, match="the process is stopping"):
+            s.sample(SampleRequest([[5, 6]]))
+        assert s.retried == 1  # it was waiting to try again when the stop came
+        with pytest.raises(SamplingStopped):  # and a new request is not sent at all
+            s.sample(SampleRequest([[7]]))
+    finally:
+        timer.join()
+        stop_sampling.clear()
 
 
 def test_a_missing_engine_venv_says_to_run_make_engine(tmp_path):
