@@ -77,19 +77,19 @@ def postgres_cluster(bindir: Path):
         pw = pwd.getpwnam("postgres")
         os.chown(folder, pw.pw_uid, pw.pw_gid)
         as_owner = ["runuser", "-u", "postgres", "--"]
-    data, port = folder / "data", free_port()
+    data = folder / "data"
 
-    def run(*cmd: str | Path, timeout: float = 120) -> None:
+    def run(*cmd: str | Path, timeout: float = 120, check: bool = True) -> bool:
         out = subprocess.run([*as_owner, *map(str, cmd)], capture_output=True, text=True,
                              timeout=timeout)
-        assert out.returncode == 0, f"{cmd[0]} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}"
+        assert out.returncode == 0 or not check, \
+            f"{cmd[0]} failed: {out.stdout[-2000:]}{out.stderr[-2000:]}"
+        return out.returncode == 0
 
     run(bindir / "initdb", "-D", data, "-U", "postgres", "-E", "UTF8", "--no-instructions",
         "--auth-local=trust", "--auth-host=scram-sha-256")
     try:
-        # -w: pg_ctl itself waits until the server accepts connections (or -t passes).
-        run(bindir / "pg_ctl", "-D", data, "-l", folder / "postgres.log", "-w", "-t", "90",
-            "-o", f"-k {folder} -h 127.0.0.1 -p {port} -c fsync=off", "start")
+        port = _start_on_a_free_port(run, bindir, data, folder)
         psql = [bindir / "psql", "-h", folder, "-p", str(port), "-U", "postgres", "-d",
                 "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
         run(*psql, "-c", f"CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'",
@@ -99,6 +99,30 @@ def postgres_cluster(bindir: Path):
         subprocess.run([*as_owner, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
                         "-w", "-t", "60", "stop"], capture_output=True, timeout=90)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start_on_a_free_port(run, bindir: Path, data: Path, folder: Path, tries: int = 3) -> int:
+    """Start the cluster on a port found free; a port another process took before the server
+    bound it (a free port is only free when it is looked at) is replaced by another, up to
+    `tries` times. Returns the port it listens on."""
+    log = folder / "postgres.log"
+    for attempt in range(tries):
+        port = free_port()
+        # -w: pg_ctl itself waits until the server accepts connections (or -t passes).
+        start = [bindir / "pg_ctl", "-D", data, "-l", log, "-w", "-t", "90", "-o",
+                 f"-k {folder} -h 127.0.0.1 -p {port} -c fsync=off", "start"]
+        if run(*start, check=False):
+            return port
+        if "already in use" not in _tail(log):
+            break  # not the port: no other port would help
+    raise AssertionError(f"pg_ctl start failed ({attempt + 1} tries): {_tail(log)}")
+
+
+def _tail(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")[-4000:]
+    except OSError:
+        return ""
 
 
 def _flow_runs(port: int) -> list[tuple[str, str]]:
