@@ -162,6 +162,25 @@ def parse_tool_calls(text: str, fmt: ToolFormat) -> ParsedTurn:
     return PARSERS[fmt](text)
 
 
+def write_tool_calls(calls: list[tuple[str, dict[str, Any]]], fmt: ToolFormat) -> str:
+    """A reply making `calls` ((name, arguments) in order) in `fmt`, as a model trained on the
+    format writes them: what `parse_tool_calls` reads back as those calls (the warm start's
+    tool-call demonstrations, flows/warm_start.py); ValueError where they would not read
+    back so."""
+    objs = [{"name": n, "arguments": a} for n, a in calls]
+    if fmt == "hermes":
+        text = "\n".join(f"<tool_call>\n{json.dumps(o)}\n</tool_call>" for o in objs)
+    elif fmt == "json":
+        text = "\n".join(json.dumps(o) for o in objs)
+    else:
+        raise ValueError(f"tool format {fmt!r}: expected one of {sorted(PARSERS)}")
+    back = parse_tool_calls(text, fmt).calls
+    if [(c.name, c.arguments) if isinstance(c, ToolCall) else c for c in back] != list(calls):
+        raise ValueError(f"these calls cannot be written in {fmt!r} so that they read back "
+                         "(an argument holds the format's own closing tag)")
+    return text
+
+
 def call_metrics(turns: list[ParsedTurn], prefix: str = "tools") -> dict[str, float]:
     """Counts over a batch of parsed turns: calls, malformed calls, the valid share of calls,
     and the share of turns without any call."""

@@ -30,6 +30,7 @@ import numpy as np
 
 from envs.base import Environment, breakdown_of
 from envs.chat import ChatEpisode, ChatRenderer
+from envs.toolcalls import write_tool_calls
 from envs.tools import schemas
 from flows.episode_exec import Stepped
 from flows.stop import raise_if_stopped
@@ -508,25 +509,46 @@ def heldout_metrics(tasks: list[Task], greedy: list[Episode], sampled: list[Epis
     return out
 
 
-def scripted_policy(naive: dict[str, str], tok, fix_on_fail: bool = True) -> SampleFn:
-    """A fixed agent policy that reads the observation, for tests and benchmarks (not a model):
-    turn 1 writes the task's naive body (`naive[task_id]`) and runs the visible tests; after an
-    observation with a FAIL or an error it writes the task's reference and submits (with
-    `fix_on_fail`), otherwise it submits."""
+def scripted_policy(naive: dict[str, str], tok, fix_on_fail: bool = True,
+                    act: Callable[[str | None, str], str] | None = None) -> SampleFn:
+    """A fixed agent policy that reads the observation, for tests, benchmarks and the warm
+    start's demonstrations (not a model): turn 1 writes the task's naive body (`naive[task_id]`;
+    the reference for a task without one) and runs the visible tests; after an observation with
+    a FAIL or an error it writes the task's reference and submits (with `fix_on_fail`),
+    otherwise it submits. `act(source, verb)` writes a turn (source: solution.py's new content
+    or None; verb: run_tests or submit): the kind's text verbs by default (`xml_act`), tool
+    calls with `tools_act`."""
+    act = act or xml_act
+
     def fn(turn, contexts, episodes, _max_new_tokens, _k):
         out = []
         for ctx, e in zip(contexts, episodes):
             last = e.observations[-1] if e.observations else ""
             if turn == 1:
-                text = write_action(full_function(e.task, naive[e.task.task_id]), "<run_tests/>")
+                text = act(full_function(e.task, naive.get(e.task.task_id, e.task.reference)),
+                           "run_tests")
             elif fix_on_fail and ("FAIL" in last or "Error" in last):
-                text = write_action(full_function(e.task, e.task.reference), "<submit/>")
+                text = act(full_function(e.task, e.task.reference), "submit")
             else:
-                text = "<submit/>"
+                text = act(None, "submit")
             ids = tok.encode(text, bos=False) + [tok.eos_token_id]
             out.append(Sample(list(ctx), ids, [0.0] * len(ids), text, True))
         return out, 0.0
     return fn
+
+
+def xml_act(source: str | None, verb: str) -> str:
+    """A turn in the agent kind's text verbs (envs/agent/EPISODES.md)."""
+    return write_action(source, f"<{verb}/>") if source is not None else f"<{verb}/>"
+
+
+def tools_act(fmt: str) -> Callable[[str | None, str], str]:
+    """A turn as the agent kind's tool calls in `fmt` (envs/tools.py AGENT_TOOLS)."""
+    def act(source: str | None, verb: str) -> str:
+        write = [] if source is None else [("write_file", {"path": "solution.py",
+                                                           "content": source})]
+        return write_tool_calls(write + [(verb, {})], fmt)
+    return act
 
 
 def replay_policy(tok, replies: dict[str, list[str]], drawn: dict | None = None) -> SampleFn:

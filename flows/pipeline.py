@@ -19,7 +19,7 @@ from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
 from flows.rollouts import dask_client, launcher_vars
 from flows.staging import has_checkpoint, pipeline_stage
-from flows.warm_start import agent_demos, dataset_pairs, probe_fn
+from flows.warm_start import agent_demos, dataset_pairs, probe_fn, tool_demos
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
@@ -39,12 +39,15 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     (steps on Dask) of the multi-turn ones (`episodes.sft_demos`)."""
     if checkpoints.exists(cfg.run_dir, 0):  # what made it, as it was recorded then
         return {**registry.read_warm_start(cfg.run_dir), "sft/reused": True}
-    pairs, demos = [], []
+    pairs, demos, encoded = [], [], []
     for src, tasks in stages.sft_data(cfg):
         env = src.environment()
         if env is not None and env.max_turns > 1:
             if getattr(env.config, "sft_demos", False) and cfg.sft.dataset is None:
-                demos += agent_demos(cfg, src, env, tasks)
+                if getattr(env, "tool_kind", None):  # the episodes are tool calls in a template
+                    encoded += tool_demos(cfg, src, env, tasks)
+                else:
+                    demos += agent_demos(cfg, src, env, tasks)
             continue
         pairs += tasks
     probe = None
@@ -58,17 +61,19 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     prompts, refs, extra = [t.prompt for t in pairs], [t.reference for t in pairs], {}
     if cfg.sft.dataset is not None:  # verified successes replace the sources' references
         prompts, refs, extra = dataset_pairs(cfg, held if probe is not None else [])
-        demos = []
+        demos, encoded = [], []
     with torch_threads.budget(cfg.threads.torch) as chosen:
         out = sft_warm_start(cfg.run_dir, prompts, refs, cfg.policy, cfg.sft, cfg.rl, cfg.seed,
-                             demos=demos or None, probe=probe)
+                             demos=demos or None, probe=probe, encoded=encoded or None)
     out.update(extra)
     out["sft/threads_at_start"] = chosen["threads/torch"]
     if probe is not None:
         out["sft/probe_tasks"] = len(held)
     if demos:
         out["sft/demos_multi_turn"] = sum(len(d[1]) > 1 for d in demos)
-    out["sft/examples"] = len(prompts) + len(demos)
+    if encoded:
+        out["sft/tool_demos"] = len(encoded)
+    out["sft/examples"] = len(prompts) + len(demos) + len(encoded)
     registry.record_warm_start(cfg.run_dir, out)
     return out
 

@@ -8,7 +8,9 @@ import time
 from flows import stages
 from flows.config import RunConfig
 from flows.episode_exec import step_deadline_s, step_many
-from flows.episodes import play, solved
+from envs.toolcalls import write_tool_calls
+from flows.episodes import (build_demos, first_try_right, full_function, play, scripted_policy,
+                            solved, tools_act)
 from flows.rollouts import dask_client, total_threads
 from tasks.record import Task
 from training.episodes import sample_actions
@@ -21,10 +23,9 @@ def probe_fn(cfg: RunConfig, tasks: list[Task]):
     the weights being trained (no checkpoint is written)."""
     env = stages.env_of(cfg)
     envs = [env(t) for t in tasks]
-    c, s = cfg.cluster, cfg.sampling
+    s = cfg.sampling
 
     def passed(model) -> float:
-        client = dask_client(c.address, c.n_workers, c.threads_per_worker)
         tok = tokenizer_of(model)
 
         def sample_fn(turn, contexts, _eps, max_new_tokens, k):
@@ -33,44 +34,91 @@ def probe_fn(cfg: RunConfig, tasks: list[Task]):
                                  greedy=True, batch_size=s.batch_size, stop=tuple(s.stop))
             return out, time.perf_counter() - t
 
-        def step_fn(turn, items):
-            return step_many(client, items, cfg.sandbox, cfg.rewards,
-                             timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
-
-        eps = play(tasks, envs, 1, cfg.policy.max_len, tok, s.max_new_tokens, sample_fn, step_fn)
+        eps = play(tasks, envs, 1, cfg.policy.max_len, tok, s.max_new_tokens, sample_fn,
+                   _step_fn(cfg))
         return sum(bool(solved(e)) for e in eps) / len(eps)
     return passed
 
 
 def agent_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list:
-    """The agent kind's demonstrations: a naive first attempt through the real environment
-    (at least two turns, so the fix has one), then the fix."""
+    """The agent kind's demonstrations in its text verbs: a naive first attempt through the
+    real environment (at least two turns, so the fix has one), then the fix."""
     from envs.registry import make_env  # noqa: PLC0415
-    from flows.episodes import build_demos  # noqa: PLC0415
+
+    demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
+    return build_demos(tasks, _naive_bodies(src, env), demo_env, _policy_tokenizer(cfg),
+                       _step_fn(cfg))
+
+
+def tool_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list[tuple[list, list, list]]:
+    """The agent kind's demonstrations as tool calls (action_format: tools), encoded:
+    (prompt ids, completion ids, mask) of episodes played by the run's own loop, environment
+    and sandbox, the tokens appended turn by turn from the policy's chat template exactly as an
+    RL episode's are, with a scripted policy that calls the tools in the configured
+    `tool_format`: write a first attempt (naive, or already right for `demo_first_try_share`
+    of the tasks) and run_tests; after a failing run write the reference and submit, else
+    submit. Only episodes the hidden tests passed are kept; a task whose reference cannot be
+    written in the format (it holds the format's closing tag) is left out."""
+    from envs.registry import make_env  # noqa: PLC0415
+
+    ecfg = env.config
+    naive = _naive_bodies(src, env)
+    first = {t.task_id: t.reference if first_try_right(t.task_id, ecfg.demo_first_try_share)
+             else naive.get(t.task_id, t.reference) for t in tasks if t.reference is not None}
+
+    def writable(t: Task) -> bool:
+        try:
+            for body in {first[t.task_id], t.reference}:
+                write_tool_calls([("write_file", {"path": "solution.py",
+                                                  "content": full_function(t, body)})],
+                                 ecfg.tool_format)
+        except ValueError:
+            return False
+        return True
+
+    usable = [t for t in tasks if t.task_id in first and writable(t)]
+    if not usable:
+        return []
+    demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
+    tok = _policy_tokenizer(cfg)
+    eps = play(usable, [demo_env] * len(usable), 1, cfg.policy.max_len, tok,
+               demo_env.action_tokens(cfg.sampling.max_new_tokens),
+               scripted_policy(first, tok, act=tools_act(ecfg.tool_format)), _step_fn(cfg))
+    return [(list(e.tokens.prompt_ids), list(e.tokens.ids), list(e.tokens.mask))
+            for e in eps if solved(e)]
+
+
+def _naive_bodies(src, env) -> dict[str, str]:
+    """The procedural tasks' naive first attempts (none for a task file)."""
     from envs.io.procedural import first_attempts  # noqa: PLC0415
+
+    if src.file:
+        return {}
+    pc = env.config.procedural
+    return first_attempts(pc.families, pc.difficulties, pc.tasks_per_family, pc.seed,
+                          pc.sft_variants)
+
+
+def _policy_tokenizer(cfg: RunConfig):
+    """The tokenizer of the policy the warm start trains (before version 0 exists)."""
+    from training.pretrained import resolve, split_gguf  # noqa: PLC0415
     from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
-    from training.pretrained import split_gguf  # noqa: PLC0415
 
     p = cfg.policy
     if p.model_path is None:
-        tok = ByteTokenizer()
-    else:
-        from training.pretrained import resolve  # noqa: PLC0415
+        return ByteTokenizer()
+    folder, gguf = split_gguf(resolve(p.model_path))
+    return load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
 
-        folder, gguf = split_gguf(resolve(p.model_path))
-        tok = load_tokenizer(folder, gguf_file=gguf, chat_template=p.chat_template)
-    demo_env = make_env(src.kind, {**src.options, "max_turns": max(2, env.max_turns)})
-    pc = env.config.procedural
-    naive = {} if src.file else first_attempts(pc.families, pc.difficulties, pc.tasks_per_family,
-                                               pc.seed, pc.sft_variants)
+
+def _step_fn(cfg: RunConfig):
     c = cfg.cluster
     client = dask_client(c.address, c.n_workers, c.threads_per_worker)
 
     def step_fn(turn, items):
         return step_many(client, items, cfg.sandbox, cfg.rewards,
                          timeout_s=step_deadline_s(items, cfg.sandbox, total_threads(client)))
-
-    return build_demos(tasks, naive, demo_env, tok, step_fn)
+    return step_fn
 
 
 def dataset_pairs(cfg: RunConfig, probe: list[Task]) -> tuple[list[str], list[str], dict]:

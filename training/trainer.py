@@ -117,11 +117,15 @@ def _set_rng_state(rng: random.Random, state: dict) -> None:
 def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], policy: PolicyConfig,
                    sft: SFTConfig, rl: RLConfig, seed: int, stop_after: int | None = None,
                    demos: list | None = None,
-                   probe: Callable[[torch.nn.Module], float] | None = None) -> dict:
+                   probe: Callable[[torch.nn.Module], float] | None = None,
+                   encoded: list | None = None) -> dict:
     """Train a fresh policy on (prompt, reference) pairs; publish it as version 0.
 
     `demos`: transcripts `(prompt, [(text, by_policy), ...])` (training/episodes.py), trained
-    on alongside the pairs with the loss over the policy's segments only.
+    on alongside the pairs with the loss over the policy's segments only. `encoded`:
+    demonstrations already as tokens `(prompt_ids, completion_ids, completion_mask)` (a chat
+    template's episodes, appended turn by turn as RL's are: flows/warm_start.py `tool_demos`),
+    the loss where the mask is 1.
 
     With `sft.save_every`, the engine state (weights, optimizer, scheduler, RNG) is saved under
     `checkpoints/sft-progress/` and a restarted warm start continues from it with the same next
@@ -132,7 +136,7 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     start ends past the point where the model has learnt the task format, wherever on a given
     machine that point falls, instead of at a step count tuned on one machine."""
     until = sft.until_pass is not None
-    if not prompts and not demos and (sft.steps or until):  # 0 steps publish the model as it is
+    if not prompts and not demos and not encoded and (sft.steps or until):  # 0 steps publish the model as it is
         raise ValueError(f"SFT warm start of {sft.steps} steps needs at least one task with a "
                          "reference solution (none of the sources has one; sft.steps=0 starts "
                          "from the model as it is)")
@@ -141,17 +145,12 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     torch.manual_seed(seed)
     model = prepare_for_training(build_policy(policy), policy)
     tok = tokenizer_of(model)
-    if until:
-        schedule = (lambda opt: WarmupHoldDecay(opt, sft.lr, sft.warmup_steps, sft.decay_steps))
-    else:
-        schedule = (lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps))
-    engine, _ = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None, schedule)
+    engine, _ = _engine_for(model, rl, sft.lr, sft.batch_size, 1, None, _sft_schedule(sft))
     if sft.batch_size < eng.world_size():
         raise ValueError(f"sft.batch_size={sft.batch_size} must be >= the process count "
                          f"{eng.world_size()}")
     rng = random.Random(seed)
-    data = [(*_encode_pair(tok, p, r), None) for p, r in zip(prompts, references)]
-    data += [encode_transcript(tok, p, segs) for p, segs in demos or ()]
+    data = _sft_examples(tok, prompts, references, demos or (), encoded or ())
     progress = checkpoints.sft_progress_dir(run_dir)
     first = _resume_sft(engine, progress, rng) if sft.save_every else 0
     t0 = time.perf_counter()
@@ -172,6 +171,21 @@ def sft_warm_start(run_dir: str, prompts: list[str], references: list[str], poli
     if eng.rank() == 0:
         shutil.rmtree(progress, ignore_errors=True)
     return metrics
+
+
+def _sft_schedule(sft: SFTConfig):
+    """The warm start's learning-rate schedule: a hold until the probe's criterion
+    (`sft.until_pass`), else a linear decay over exactly `sft.steps`."""
+    if sft.until_pass is not None:
+        return lambda opt: WarmupHoldDecay(opt, sft.lr, sft.warmup_steps, sft.decay_steps)
+    return lambda opt: WarmupLinearDecay(opt, sft.steps, sft.lr, sft.warmup_steps)
+
+
+def _sft_examples(tok, prompts, references, demos, encoded) -> list[tuple]:
+    """Every warm-start example as (prompt ids, completion ids, completion mask or None)."""
+    data = [(*_encode_pair(tok, p, r), None) for p, r in zip(prompts, references)]
+    data += [encode_transcript(tok, p, segs) for p, segs in demos]
+    return data + [(list(p), list(c), list(m)) for p, c, m in encoded]
 
 
 def _resume_sft(engine, folder: Path, rng: random.Random) -> int:

@@ -59,7 +59,11 @@ class EpisodeConfig(ToolOptions):
     sft_demos: bool = Field(True, description="warm start on action-format demonstrations "
                             "instead of bare reference bodies: multi-turn transcripts through the "
                             "real environment for the edge families (naive attempt, real test "
-                            "output, fix, submit), write + submit for every other family")
+                            "output, fix, submit), write + submit for every other family; with "
+                            "action_format=tools the same turns as tool calls in tool_format, "
+                            "played through the policy's chat template as RL episodes are "
+                            "(flows/warm_start.py `tool_demos`), kept where the hidden tests "
+                            "passed")
     demo_first_try_share: float = Field(
         0.25, ge=0, le=1, description="share of edge-family demonstrations whose first attempt "
         "is already right (the visible tests pass and turn 2 only submits), so that the policy "
@@ -70,10 +74,6 @@ class EpisodeConfig(ToolOptions):
         if self.shaping != "none" and self.shaping_coef == 0:
             raise ValueError(f"episodes.shaping={self.shaping!r} with shaping_coef=0 does "
                              "nothing; set shaping='none' or a positive coefficient")
-        if self.action_format == "tools" and self.sft_demos:
-            raise ValueError("episodes.action_format='tools' with sft_demos=true: the warm-start "
-                             "demonstrations are in the xml action format only (not built as "
-                             "tool calls yet); set sft_demos=false")
         return self
 
 

@@ -10,7 +10,6 @@ import pickle
 
 import pytest
 
-from envs.base import EnvError
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local
@@ -132,7 +131,43 @@ def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(c
 
 def test_tools_need_a_chat_template_and_xml_stays_the_default(cfg, tasks):
     assert make_env("agent", cfg.episodes.model_dump(mode="json")).tool_kind is None
-    with pytest.raises(EnvError, match="sft_demos=false"):  # no tool-call demonstrations yet
-        make_env("agent", {"action_format": "tools"})
+    assert make_env("agent", {"action_format": "tools"}).config.sft_demos  # tool-call demos
     with pytest.raises(ValueError, match="needs a policy tokenizer with a chat template"):
         _play(cfg, ByteTokenizer(), tasks[:1], tool_policy(ByteTokenizer(), {}))
+
+
+def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_loop(cfg, tok,
+                                                                                  monkeypatch):
+    """flows/warm_start.py `tool_demos`: the scripted turns (a naive attempt and run_tests,
+    then the reference and submit) as Hermes tool calls, played by the run's own loop through
+    the real sandbox and grader in SmolLM2's template; each demonstration is a solving episode's
+    tokens, the calls in its policy turns valid, the real test output in its tool messages."""
+    import flows.warm_start as ws
+    from envs.sources import SourceConfig
+    from envs.toolcalls import parse_tool_calls
+
+    monkeypatch.setattr(ws, "_policy_tokenizer", lambda _cfg: tok)
+    monkeypatch.setattr(ws, "_step_fn", _step)  # in this process, not on a Dask cluster
+    src = SourceConfig(kind="agent", options={
+        "action_format": "tools", "max_turns": 3, "demo_first_try_share": 0.0,
+        "procedural": {"families": EDGES, "tasks_per_family": 2, "sft_variants": 1}})
+    env = src.environment()
+    tasks = [t for t in env.sft_tasks() if t.reference][:3]
+    run_cfg = load_config(None, ["policy.max_len=2048"])
+    demos = ws.tool_demos(run_cfg, src, env, tasks)
+    assert len(demos) == len(tasks)
+    for prompt, ids, mask in demos:
+        assert len(ids) == len(mask) and prompt[-3:] != ids[:3]
+        runs, cur = [], []  # the policy's turns: the runs of mask 1
+        for t, m in zip(ids, mask):
+            if m:
+                cur.append(t)
+            elif cur:
+                runs, cur = runs + [cur], []
+        runs += [cur] if cur else []
+        assert len(runs) == 2  # a naive first attempt, then the fix
+        turns = [parse_tool_calls(tok.decode(r[:-1]), "hermes") for r in runs]
+        assert [[c.name for c in p.calls] for p in turns] == [["write_file", "run_tests"],
+                                                              ["write_file", "submit"]]
+        env_text = tok.decode([t for t, m in zip(ids, mask) if not m])
+        assert "FAIL" in env_text  # the real visible-test output of the naive attempt

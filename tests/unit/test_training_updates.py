@@ -437,3 +437,25 @@ def test_a_warm_start_of_no_steps_needs_no_data_and_publishes_the_model_as_it_is
     assert checkpoints.exists(run, 0)
     with pytest.raises(ValueError, match="3 steps needs at least one task with a reference"):
         sft_warm_start(str(tmp_path / "other"), [], [], POLICY, SFTConfig(steps=3), RLConfig(), 0)
+
+
+def test_a_warm_start_on_encoded_demonstrations_trains_as_on_the_same_written_ones(tmp_path):
+    """`encoded` (a chat template's episodes as tokens: flows/warm_start.py `tool_demos`) is
+    the same data as a written transcript once encoded: the same published weights; and its
+    mask is read (the same tokens all marked the policy's train to other weights)."""
+    from training.episodes import encode_transcript
+    from training.tokenizer import ByteTokenizer
+
+    tok = ByteTokenizer()
+    demos = [(PROMPTS[i], [(REFS[i], True), ("obs: FAIL\n", False), ("<submit/>", True)])
+             for i in range(4)]
+    encoded = [encode_transcript(tok, p, segs) for p, segs in demos]
+    sft = SFTConfig(steps=3, batch_size=4, warmup_steps=1)
+    runs = {name: str(tmp_path / name) for name in ("written", "encoded", "mask")}
+    sft_warm_start(runs["written"], [], [], POLICY, sft, RLConfig(), 0, demos=demos)
+    sft_warm_start(runs["encoded"], [], [], POLICY, sft, RLConfig(), 0, encoded=encoded)
+    all_policy = [(p, c, [1] * len(c)) for p, c, _ in encoded]
+    sft_warm_start(runs["mask"], [], [], POLICY, sft, RLConfig(), 0, encoded=all_policy)
+    written = _weights(runs["written"], 0)
+    assert _max_diff(written, _weights(runs["encoded"], 0)) == 0.0
+    assert _max_diff(_weights(runs["mask"], 0), written) > 1e-6
