@@ -380,7 +380,7 @@ def turn_progress(info: dict) -> float | None:
     counts += [(c.get("tests_passed"), c.get("tests_total"))
                for c in reversed(info.get("outcomes") or info.get("calls") or [])]
     for passed, total in counts:
-        if type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0:
+        if outcome.count_ok(passed, total):
             return passed / total
     return None
 

@@ -32,6 +32,12 @@ def solved(tests_passed: int | None, tests_total: int | None, hack_flags: Sequen
     return not (hack_flags is not None and len(hack_flags))
 
 
+def count_ok(passed, total) -> bool:
+    """A test count as an environment writes it: integers, 0 <= passed <= total > 0 (a count
+    that is missing, not an int, or out of range measures nothing)."""
+    return type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0
+
+
 def _count(v) -> int:
     return 0 if v is None or (isinstance(v, float) and math.isnan(v)) else int(v)
 

@@ -17,6 +17,7 @@ from envs.function_task import function_problems
 from envs.io import FunctionsEnv, ProceduralOptions
 from envs.tools import ToolOptions
 from rewards.aggregate import RewardBreakdown
+from rewards.outcome import count_ok
 from tasks.record import Task
 
 
@@ -189,7 +190,7 @@ class AgentEnv(Environment):
                 or not grade.reward > 0 or any(h.get("hack_flags") for h in history)):
             return 0.0
         fracs = [h["visible_passed"] / h["visible_total"] for h in history
-                 if _count_ok(h.get("visible_passed"), h.get("visible_total"))]
+                 if count_ok(h.get("visible_passed"), h.get("visible_total"))]
         return c.shaping_coef * max(fracs, default=0.0)
 
 
@@ -219,11 +220,6 @@ def _executed(info: dict) -> list[dict]:
     start are `failed`; an action the time budget left out `not_run`; run_tests carries its
     visible counts."""
     return list(info.get("outcomes", []))
-
-
-def _count_ok(passed, total) -> bool:
-    """A visible count as the environment writes it: integers, 0 <= passed <= total > 0."""
-    return type(passed) is int and type(total) is int and 0 <= passed <= total and total > 0
 
 
 def _breakdown(g: dict, task: Task) -> RewardBreakdown:
