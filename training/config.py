@@ -231,10 +231,10 @@ class RLConfig(BaseModel):
     gateway_rows: bool = Field(
         False, description="each iteration's update also trains on the episodes outside "
         "clients played through the run's gateway (`rollforge gateway --episodes`, stored in "
-        "<out_dir>/<run_id>-gateway) with the version the iteration samples with, or up to "
+        "`<out_dir>/<run_id>-gateway`) with the version the iteration samples with, or up to "
         "gateway_max_lag versions before, that no earlier iteration took; which ones is "
-        "recorded before the update (<run_dir>/gateway_takes), so a resumed iteration takes the "
-        "same (gateway/train.py `loop_rows`)")
+        "recorded before the update (`<run_dir>/gateway_takes`), so a resumed iteration takes "
+        "the same (gateway/train.py `loop_rows`)")
     gateway_max_lag: int = Field(
         1, ge=0, description="gateway_rows: the oldest policy version taken, in versions before "
         "the one the iteration samples with (off-policy rows; the update's truncated importance "
