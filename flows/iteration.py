@@ -35,13 +35,13 @@ from flows.pipeline import (eval_due, phase_label, checkpoint, generate_tasks,  
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
-from gateway.train import loop_rows
 from flows.sampler import (close_engines, engine_metrics, play_options, policy_tokenizer,
                            preflight)
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
 from flows.stop import second_signal_ends_it
+from gateway.train import loop_rows
 from storage import registry
 from tasks.record import Task
 from training import checkpoints
