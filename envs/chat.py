@@ -157,6 +157,14 @@ class ChatEpisode:
     def context(self) -> list[int]:
         return self.tokens.context()
 
+    def cache_form(self) -> dict:
+        """What this episode is, for a stage's cache key (flows/stages.py `_canonical`): its
+        messages, tokens and appends, and the template that rendered them (by name and text;
+        the renderer's tokenizer object has no stable form of its own)."""
+        return {"template": [self.r.name, self.r.template, self.r.tools], "messages":
+                self.messages, "tokens": self.tokens, "appends": self.appends,
+                "turn": self.turn, "awaiting": self.awaiting, "ended": self._ended}
+
     def add_assistant(self, ids: Sequence[int], logprobs: Sequence[float]) -> str:
         """Record a sampled turn as drawn; returns its text (also the message's content)."""
         if not self.awaiting:

@@ -247,6 +247,8 @@ def _canonical(obj, seen: dict | None = None):
                                     for f in dataclasses.fields(obj)}]
     elif hasattr(obj, "model_dump"):
         out = _canonical(obj.model_dump(mode="json"), seen)
+    elif hasattr(obj, "cache_form"):  # an object that says what it is (envs/chat.py ChatEpisode)
+        out = [type(obj).__name__, _canonical(obj.cache_form(), seen)]
     else:
         return _canonical_value(obj, seen)
     if seen is not None:  # the object is kept too: its id is not reused while `seen` lives

@@ -171,3 +171,17 @@ def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_lo
                                                               ["write_file", "submit"]]
         env_text = tok.decode([t for t, m in zip(ids, mask) if not m])
         assert "FAIL" in env_text  # the real visible-test output of the naive attempt
+
+
+def test_tools_episodes_hash_into_the_score_stages_cache_key(cfg, tok, tasks):
+    """A tools episode carries its conversation (`Episode.chat`); the score stage's cache key is
+    built from the episodes, and a ChatEpisode was refused there (seen in a real run: Prefect
+    logged the error and stored no result). Its key is its content: the same for a copy made
+    elsewhere in memory, another for another conversation."""
+    from flows import stages
+
+    eps = _play(cfg, tok, tasks[:1], tool_policy(tok, {}))
+    key = stages.inputs_digest({"episodes": eps})
+    assert stages.inputs_digest({"episodes": pickle.loads(pickle.dumps(eps))}) == key
+    eps[0].chat.messages[1]["content"] += " "
+    assert stages.inputs_digest({"episodes": eps}) != key
