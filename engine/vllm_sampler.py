@@ -41,7 +41,7 @@ def parse_token(s: str) -> int:
 
 
 def _stop_if_stopping() -> None:
-    """Raise `SamplingStopped` once the process is stopping (training/generate.py
+    """Raise `SamplingStopped` once the process is stopping (engine/stopping.py
     `stop_sampling`): the stop closes the engine, and its requests in flight must end, not be
     retried with back-off through the process's exit, nor reported as the engine failing."""
     if stop_sampling.is_set():

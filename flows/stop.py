@@ -170,8 +170,8 @@ def exit_within(seconds: float, code: int) -> None:
     """End the process with `code` if its exit has not finished `seconds` from now. Called once
     a stopped command has cleaned up and said so: `Stopped` is raised wherever the main thread
     was, and a library whose code it went through can be left with a non-daemon thread nothing
-    will wake, which interpreter exit waits for forever (seen in CI: a worker of the thread pool
-    transformers loads weights with, blocked on its queue after a stop during `from_pretrained`).
+    will wake, which interpreter exit waits for forever (seen in CI: a thread-pool worker blocked
+    on its queue; most likely the pool transformers loads weights with, entered as the stop came).
     Past the grace the stacks of every thread are printed to stderr, so such a hang is found,
     and the process ends at once (`os._exit`: the cleanup is done; only the hang is cut)."""
     import faulthandler  # noqa: PLC0415
