@@ -83,7 +83,10 @@ class Sandbox(Protocol):
     `argv[0] == "python"` means the sandbox's own Python interpreter (isolated mode). Paths in
     `files` are relative to a fresh, private working directory that is thrown away afterwards.
     `collect` names files to read back from that directory after the run. `base`: files the
-    workspace starts with, from a host folder, under `files` (see `BaseTree`).
+    workspace starts with, from a host folder, under `files` (see `BaseTree`). `preload`: module
+    names the program will import, which a backend may load ahead of it (the process backend's
+    fork server keeps zygotes that have imported them, for runs that name the same ones:
+    sandbox/FORK_SERVER.md); the program must still import what it uses.
     """
 
     name: str
@@ -96,6 +99,7 @@ class Sandbox(Protocol):
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
         base: BaseTree | None = None,
+        preload: Sequence[str] = (),
     ) -> ExecResult: ...
 
     def close(self) -> None: ...

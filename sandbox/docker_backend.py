@@ -97,6 +97,7 @@ class DockerSandbox:
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
         base: BaseTree | None = None,
+        preload: Sequence[str] = (),  # a container has no zygote: its program imports them
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")

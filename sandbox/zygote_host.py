@@ -63,6 +63,7 @@ class Zygote:
     def __init__(self, sbx: ProcessSandbox, flags: tuple[str, ...], base: str,
                  preload: tuple[str, ...]) -> None:
         self.flags, self.base = flags, base
+        self.key: tuple = (flags, base, ())  # the fork server's key, set by the server
         self.healthy = True
         self.proc: subprocess.Popen | None = None
         self.home: ExecGroup | None = None

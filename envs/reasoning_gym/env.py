@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from envs.base import SingleTurnEnv, TestReport
 from envs.reasoning_gym import datasets as rgd
-from envs.reasoning_gym.grading import run_batch
+from envs.reasoning_gym.grading import run_batch, warm_sandbox
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
 
@@ -155,3 +155,6 @@ class ReasoningGymEnv(SingleTurnEnv):
     def verify_batch(self, items: Sequence[tuple[Task, str]], sandbox: Sandbox,
                      limits: Limits, per_test_timeout_s: float) -> list[TestReport]:
         return run_batch(items, sandbox, limits, per_test_timeout_s)
+
+    def warm(self, sandbox: Sandbox, runs: int) -> None:
+        warm_sandbox(sandbox, runs)

@@ -37,6 +37,10 @@ from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 
 TEST_NAME = "score_answer"
+# Imported once by the fork server's zygotes of this kind's runs (about 0.8 s of CPU and 1200
+# modules each time otherwise): the harness imports it before it reads any answer, and its
+# answers are data, never run as a program (sandbox/FORK_SERVER.md, a kind's own preload).
+PRELOAD = ("reasoning_gym",)
 _ENDS = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
 _CODE_NODES = (ast.Call, ast.Attribute, ast.Subscript, ast.Lambda, ast.ListComp, ast.SetComp,
                ast.DictComp, ast.GeneratorExp, ast.BoolOp, ast.IfExp, ast.NamedExpr,
@@ -79,9 +83,19 @@ def run_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limit
     run_limits = replace(limits, timeout_s=limits.timeout_s * len(job) + 10.0,
                          output_bytes=limits.output_bytes * len(job))
     res = sandbox.run({"harness.py": HARNESS_SOURCE, "job.json": json.dumps(job)},
-                      ["python", "harness.py", str(per_answer_timeout_s)], run_limits)
+                      ["python", "harness.py", str(per_answer_timeout_s)], run_limits,
+                      preload=PRELOAD)
     parts = _split(res, len(job))
     return [_report(answer, part, res) for (_, answer), part in zip(items, parts)]
+
+
+def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
+    """Let `sandbox` start what `runs` concurrent batches will run in (the process backend's
+    zygotes, reasoning_gym imported) in the background; a no-op for other backends."""
+    warm = getattr(getattr(sandbox, "fork_server", None), "warm", None)
+    if warm is not None:
+        warm({"harness.py": HARNESS_SOURCE}, ["python", "harness.py", "1.0"], runs,
+             preload=PRELOAD)
 
 
 class _Part:

@@ -1,7 +1,7 @@
 """The `reasoning_gym` kind (envs/reasoning_gym/): reasoning-gym's datasets by name, options and
 curriculum level, scored in [0, 1] by the dataset's own `score_answer` in the real process
-sandbox. Each sandbox run imports reasoning_gym (seconds), so the answers are graded in a few
-batches (`rollforge eval`'s path, envs/score.py) rather than one run each."""
+sandbox. The answers are graded in a few batches (`rollforge eval`'s path, envs/score.py), on
+the fork server's zygotes that imported reasoning_gym once (the kind's preload)."""
 from __future__ import annotations
 
 import math
@@ -105,6 +105,16 @@ def test_the_reference_scores_one_and_solves(graded):
     for name in ("countdown_reference", "n_queens_reference", "arith_level2_reference"):
         b = graded[name].breakdown
         assert (b.reward, b.solved, b.hack_flags) == (1.0, True, ()), name
+
+
+def test_the_answers_are_scored_on_zygotes_that_have_imported_reasoning_gym(graded, sandbox):
+    """The kind names reasoning_gym as its preload: its batches fork from zygotes of their own
+    that imported it once (sandbox/FORK_SERVER.md), not from the shared ones."""
+    fs = getattr(sandbox, "fork_server", None)
+    if fs is None:
+        pytest.skip("no fork server here")
+    assert fs.served >= 1
+    assert ("reasoning_gym",) in {z.key[2] for z in fs._all}
 
 
 def test_a_fractional_score_is_the_reward_and_not_a_solve(graded):

@@ -313,3 +313,30 @@ def test_warmed_zygotes_serve_the_next_runs_and_close_stops_them():
     finally:
         sbx.close()
     assert fs.zygote_pids() == []
+
+
+PRELOAD_PROBE = "import sys\nprint('fractions' in sys.modules, 'csv' in sys.modules)"
+
+
+def test_a_run_that_names_a_preload_forks_from_a_zygote_of_its_own(fast):
+    """`preload` loads more modules in zygotes keyed by the list; those zygotes serve only runs
+    that name the same list, and a run that names none never forks from one."""
+    fs = fast.fork_server
+    assert "fractions" not in fs.preload
+    before = run_py(fast, PRELOAD_PROBE)
+    started = fs.started
+    with_it = [run_py(fast, PRELOAD_PROBE, preload=["fractions"]) for _ in range(2)]
+    assert [(r.status, r.stdout) for r in with_it] == [("ok", "True False\n")] * 2
+    assert fs.started == started + 1  # one new zygote, kept for the second run
+    again = run_py(fast, PRELOAD_PROBE, preload=("fractions", "json"))  # json: already the base's
+    assert (again.status, again.stdout, fs.started) == ("ok", "True False\n", started + 1)
+    after = run_py(fast, PRELOAD_PROBE)
+    assert before.stdout == after.stdout == "False False\n"
+    assert sorted({z.key[2] for z in fs._all}) == [(), ("fractions",)]
+
+
+@pytest.mark.parametrize("preload", [["ctypes"], ["socket"], ["envs.io"], ["rewards"],
+                                     ["fractions; import os"], "fractions"])
+def test_a_preload_the_guard_denies_or_that_is_no_module_name_is_refused(fast, preload):
+    with pytest.raises(ValueError, match="preload="):
+        run_py(fast, PRELOAD_PROBE, preload=preload)
