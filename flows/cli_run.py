@@ -19,7 +19,8 @@ def register(subparsers) -> None:
                    help="YAML run config (default: configs/default.yaml)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field by its dotted path, e.g. --set rl.lr=1e-4 "
-                   "(repeatable)")
+                   "(repeatable); the value is read as YAML: --set 'tracking=[tensorboard, "
+                   "mlflow]', --set sft.until_pass=null, --set 'tasks.sources=[{kind: io}]'")
     p.add_argument("--tasks", metavar="FILE", action="append", default=[],
                    help="train on a task file (.jsonl or .parquet, any kind; each record graded "
                    "by its own `kind`) instead of the config's sources; repeat for several "

@@ -157,6 +157,10 @@ class SFTConfig(BaseModel):
 
     @model_validator(mode="after")
     def _criterion_fits(self) -> "SFTConfig":
+        if self.steps == 0:
+            # no warm start: no criterion to train towards, so `--set sft.steps=0` alone turns
+            # it off whatever the config's until_pass (the same config as with until_pass: null)
+            self.until_pass = None
         if self.until_pass is not None and self.decay_steps >= self.steps:
             raise ValueError(f"sft.decay_steps={self.decay_steps} must be less than "
                              f"sft.steps={self.steps} (the most steps with until_pass)")

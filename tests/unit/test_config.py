@@ -44,6 +44,16 @@ def test_override_without_equals_is_refused():
         parse_override("rl.lr")
 
 
+def test_sft_steps_0_alone_turns_the_warm_start_off_under_a_config_with_a_criterion():
+    """configs/default.yaml trains until a pass criterion; `--set sft.steps=0` alone is the run
+    from the model as it is, the same config as one that also unsets the criterion."""
+    assert load_config("configs/default.yaml", []).sft.until_pass is not None
+    off = load_config("configs/default.yaml", ["sft.steps=0"])
+    both = load_config("configs/default.yaml", ["sft.steps=0", "sft.until_pass=null"])
+    assert off.sft.steps == 0 and off.sft.until_pass is None
+    assert off.hash() == both.hash()
+
+
 def test_config_hash_ignores_where_the_run_writes():
     a = RunConfig(out_dir="a")
     b = RunConfig(out_dir="b")
