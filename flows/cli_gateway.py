@@ -1,6 +1,8 @@
-"""`rollforge gateway [--config FILE] [--set K=V] [--version latest|N] [--host H] [--port P]
-[--chat-template FILE] [--records DIR] [--episodes]`: an OpenAI-compatible endpoint in front of
-a run's policy (gateway/README.md); with `--episodes` it also serves the run's training tasks as
+"""`rollforge gateway [--config FILE] [--set K=V] [--version latest|N] [--follow] [--host H]
+[--port P] [--chat-template FILE] [--records DIR] [--episodes]`: an OpenAI-compatible endpoint in
+front of a run's policy (gateway/README.md); with `--follow` it moves to each newer version the
+run publishes while it serves (a running `rollforge run` with `rl.gateway_rows` then trains on
+fresh episodes); with `--episodes` it also serves the run's training tasks as
 episodes that any client plays and the kinds' graders score into the store (gateway/play.py).
 With `--rows EPISODE|all` it serves nothing: it prints the recorded episode's trajectory rows
 as JSON lines (gateway/rows.py) and exits; with `--train` it updates the policy from the served
@@ -23,6 +25,10 @@ def register(subparsers) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config field, as for `rollforge run`")
     p.add_argument("--version", default="latest", help="policy version to serve: latest or N")
+    p.add_argument("--follow", action="store_true",
+                   help="answer with each newer version the run publishes, from the moment it "
+                        "appears (looked for before a request, at most once a second); each "
+                        "turn is recorded with the version that sampled it")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default loopback; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8100, help="port (default 8100; 0: any free one)")
@@ -73,6 +79,8 @@ def _run(args: argparse.Namespace) -> int:
     from flows.config import ConfigError, load_config
 
     serving = args.rows is None and not args.train
+    if args.follow and not serving:
+        raise UsageError("--follow is for serving; --rows and --train read one version")
     key = _key(args) if serving else ""
     try:
         cfg = load_config(args.config, args.overrides)
@@ -163,18 +171,20 @@ def _serve(cfg, version: int, key: str, template: str | None, args) -> int:
         from gateway.play import Episodes
 
         try:
-            play = Episodes(cfg, version, records, policy_tokenizer(cfg.run_dir, version))
+            play = Episodes(cfg, records, policy_tokenizer(cfg.run_dir, version))
         except ValueError as exc:
             raise UsageError(f"--episodes: {exc}") from None
-    gw = Gateway(cfg, version, key, records, template, play)
+    gw = Gateway(cfg, version, key, records, template, play, follow=args.follow)
     records = gw.records.root
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
         raise UsageError(f"cannot listen on {args.host}:{args.port}: {exc.strerror}") from None
     host, port = sock.getsockname()[:2]
-    print(f"rollforge gateway: policy {cfg.run_id} v{version} ({cfg.sampling.engine} engine) at "
-          f"http://{host}:{port}/v1, models {', '.join(gw.models)}; records: {records}", flush=True)
+    follows = ", following new versions" if args.follow else ""
+    print(f"rollforge gateway: policy {cfg.run_id} v{version}{follows} "
+          f"({cfg.sampling.engine} engine) at http://{host}:{port}/v1, models "
+          f"{', '.join(gw.models)}; records: {records}", flush=True)
     try:
         uvicorn.Server(uvicorn.Config(make_app(gw), log_level="info")).run(sockets=[sock])
     finally:

@@ -3,10 +3,18 @@
 Every request is answered through flows/sampler.py `sample(cfg, version, request)`, the one
 sampling boundary, so the run's engine (the local sampler or its vLLM server) answers it, and
 every answer is recorded token-exact under its episode (gateway/records.py) before it is sent.
+
+A gateway serves one version, or (`follow`) the run's newest: before each request it looks for
+a newer published version (at most once every `FOLLOW_CHECK_S`) and, when there is one, answers
+from then on with it, episodes already open included (as PipelineRL's in-flight weight updates
+do). Each turn is sampled by one version and recorded with it; an episode whose turns span a
+change becomes one row per version (gateway/rows.py), each row keeping its own version.
 """
 from __future__ import annotations
 
 import hmac
+import logging
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -22,11 +30,14 @@ from gateway.batching import Batcher
 from gateway.records import EpisodeLog, check_episode_id, new_episode_id
 
 EPISODE_HEADER = "X-Episode-Id"
+FOLLOW_CHECK_S = 1.0  # a following gateway looks for a newer version at most this often
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class Gateway:
-    """What the app serves: a run's policy at one version, behind one key."""
+    """What the app serves: a run's policy at one version (or, with `follow`, its newest),
+    behind one key."""
 
     cfg: RunConfig
     version: int
@@ -34,12 +45,14 @@ class Gateway:
     records: EpisodeLog
     chat_template: str | None = None  # used when the policy's tokenizer has none
     play: Any = None  # gateway/play.py Episodes: the run's tasks as episodes (None: not served)
+    follow: bool = False  # move to each newer version the run publishes
 
     def __post_init__(self):
         if not self.key:
             raise ValueError("the gateway needs an API key (an empty key would let anyone in)")
         self.tok = sampler.policy_tokenizer(self.cfg.run_dir, self.version)
-        self.models = (self.cfg.run_id, f"{self.cfg.run_id}-v{self.version}")
+        self._checked = time.monotonic()
+        self._version_lock = threading.Lock()
         # The boundary is called by one thread at a time (the local sampler's policy and a
         # managed engine's version sync are not safe from two); requests that arrive meanwhile
         # are sampled together in the next call.
@@ -56,11 +69,36 @@ class Gateway:
                                                                  self.key.encode()):
             raise api.GatewayError(401, "incorrect API key", "invalid_api_key")
 
-    def check_model(self, body: dict) -> str:
+    @property
+    def models(self) -> tuple[str, str]:
+        return (self.cfg.run_id, f"{self.cfg.run_id}-v{self.version}")
+
+    def current_version(self) -> int:
+        """The version that answers the next request: the one served, or, when following, the
+        newest the run has published (looked for at most once every FOLLOW_CHECK_S)."""
+        if not self.follow:
+            return self.version
+        from training import checkpoints  # noqa: PLC0415
+
+        with self._version_lock:
+            now = time.monotonic()
+            if now - self._checked >= FOLLOW_CHECK_S:
+                self._checked = now
+                found = checkpoints.versions(self.cfg.run_dir)
+                if found and found[-1] > self.version:
+                    log.info("gateway: run %s published v%d; answering with it from now on "
+                             "(was v%d)", self.cfg.run_id, found[-1], self.version)
+                    self.version = found[-1]
+            return self.version
+
+    def check_model(self, body: dict, version: int) -> str:
         model = body.get("model")
-        if model not in self.models:
+        names = (self.cfg.run_id, f"{self.cfg.run_id}-v{version}")
+        if model not in names:
+            follows = (f" (it follows the run's newest version: ask for {self.cfg.run_id!r})"
+                       if self.follow else "")
             raise api.GatewayError(400, f"model={model!r}: this gateway serves "
-                                   f"{' or '.join(map(repr, self.models))}", "model_not_found",
+                                   f"{' or '.join(map(repr, names))}{follows}", "model_not_found",
                                    "model")
         return model
 
@@ -130,27 +168,28 @@ class Gateway:
         except ValueError as exc:
             raise api.bad(str(exc), None) from None
 
-    def _call(self, request: SampleRequest) -> list[Completion]:
+    def _call(self, request: SampleRequest, version: int) -> list[Completion]:
         """One call of the boundary: flows/sampler.py, whichever engine the run names."""
         try:
-            return sampler.sample(self.cfg, self.version, request)
+            return sampler.sample(self.cfg, version, request)
         except ValueError as exc:
             raise api.bad(str(exc), None) from None
         except Exception as exc:  # the engine failed: not the client's fault
             raise api.GatewayError(503, f"the policy's engine failed: {type(exc).__name__}: "
                                    f"{exc}", "engine_unavailable") from None
 
-    def sample(self, request: SampleRequest) -> tuple[list[Completion], float]:
-        """`request`'s completions and the seconds of the call that sampled them (with the
-        requests queued beside it under the same settings: gateway/batching.py)."""
-        return self.batcher.submit(request)
+    def sample(self, request: SampleRequest, version: int) -> tuple[list[Completion], float]:
+        """`request`'s completions by `version` and the seconds of the call that sampled them
+        (with the requests queued beside it under the same settings: gateway/batching.py)."""
+        return self.batcher.submit(request, version)
 
     def record(self, episode: str, endpoint: str, model: str, request: SampleRequest,
-               comps: list[Completion], seconds: float, messages: list[dict] | None) -> int:
+               comps: list[Completion], seconds: float, messages: list[dict] | None,
+               version: int) -> int:
         # Which prompt a choice continues is its place: the boundary's answers are prompt-major,
         # n per prompt (engine/boundary.py), so choice i continues prompt i // n.
         rec = {"run_id": self.cfg.run_id, "endpoint": endpoint, "model": model,
-               "policy_version": self.version, "created": time.time(), "seconds": seconds,
+               "policy_version": version, "created": time.time(), "seconds": seconds,
                "request": {"n": request.n, "temperature": request.temperature,
                            "top_p": request.top_p, "max_tokens": request.max_new_tokens,
                            "stop": list(request.stop), "greedy": request.greedy,
@@ -167,11 +206,12 @@ class Gateway:
         return f"token_id:{tid}" if as_ids else self.tok.decode([tid])
 
     def completions(self, body: dict, episode: str) -> tuple[dict, int]:
-        model = self.check_model(body)
+        version = self.current_version()
+        model = self.check_model(body, version)
         s = api.sampling(body, chat=False)
         req = self.request_for(api.completion_prompts(body, self.encode), s)
-        comps, seconds = self.sample(req)
-        turn = self.record(episode, "completions", model, req, comps, seconds, None)
+        comps, seconds = self.sample(req, version)
+        turn = self.record(episode, "completions", model, req, comps, seconds, None, version)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         choices = []
         for i, c in enumerate(comps):
@@ -185,15 +225,17 @@ class Gateway:
             choices.append({"index": i, "text": c.text, "logprobs": lp,
                             "finish_reason": c.finish_reason, "token_ids": list(c.token_ids)})
         return self.envelope("cmpl", "text_completion", model, req, comps, choices, episode,
-                             turn), turn
+                             turn, version), turn
 
     def chat(self, body: dict, episode: str) -> tuple[dict, int]:
-        model = self.check_model(body)
+        version = self.current_version()
+        model = self.check_model(body, version)
         s = api.sampling(body, chat=True)
         messages = api.chat_messages(body)
         req = self.request_for([self.render_chat(messages)], s)
-        comps, seconds = self.sample(req)
-        turn = self.record(episode, "chat.completions", model, req, comps, seconds, messages)
+        comps, seconds = self.sample(req, version)
+        turn = self.record(episode, "chat.completions", model, req, comps, seconds, messages,
+                           version)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         choices = []
         for i, c in enumerate(comps):
@@ -206,9 +248,9 @@ class Gateway:
                             "logprobs": lp, "finish_reason": c.finish_reason,
                             "token_ids": list(c.token_ids)})
         return self.envelope("chatcmpl", "chat.completion", model, req, comps, choices, episode,
-                             turn), turn
+                             turn, version), turn
 
-    def envelope(self, prefix, obj, model, req, comps, choices, episode, turn) -> dict:
+    def envelope(self, prefix, obj, model, req, comps, choices, episode, turn, version) -> dict:
         prompt_tokens = sum(len(p) for p in req.prompts)
         completion_tokens = sum(len(c.token_ids) for c in comps)
         return {"id": f"{prefix}-{uuid.uuid4().hex}", "object": obj, "created": int(time.time()),
@@ -217,4 +259,4 @@ class Gateway:
                           "total_tokens": prompt_tokens + completion_tokens},
                 "prompt_token_ids": [list(p) for p in req.prompts],
                 "rollforge": {"episode_id": episode, "turn": turn,
-                              "policy_version": self.version}}
+                              "policy_version": version}}

@@ -12,7 +12,8 @@ continuously), and each request gets back its own prompts' completions, prompt-m
     call 2: C
 
 No timer: nothing waits for company; a request waits only while the boundary is busy. A request
-with a `seed` goes alone, so the seed draws what it draws for that request by itself.
+with a `seed` goes alone, so the seed draws what it draws for that request by itself. Requests
+for different policy versions (a gateway that follows the run's new versions) are never merged.
 """
 from __future__ import annotations
 
@@ -24,29 +25,34 @@ from typing import Callable
 from engine.boundary import Completion, SampleRequest
 
 
-def _settings(r: SampleRequest) -> tuple:
-    return (r.n, r.temperature, r.top_p, r.max_new_tokens, r.stop, r.greedy)
+def _settings(it: "_Pending") -> tuple:
+    r = it.request
+    return (it.version, r.n, r.temperature, r.top_p, r.max_new_tokens, r.stop, r.greedy)
 
 
 @dataclass(eq=False)  # one waiting request: compared by identity
 class _Pending:
     request: SampleRequest
+    version: int
     done: bool = False
     result: tuple[list[Completion], float] | None = None
     error: BaseException | None = None
 
 
 class Batcher:
-    """`submit(request)` -> (its completions, the seconds of the call that sampled them)."""
+    """`submit(request, version)` -> (its completions, the seconds of the call that sampled
+    them); `call(request, version)` samples."""
 
-    def __init__(self, call: Callable[[SampleRequest], list[Completion]], max_prompts: int = 256):
+    def __init__(self, call: Callable[[SampleRequest, int], list[Completion]],
+                 max_prompts: int = 256):
         self.call, self.max_prompts = call, max_prompts
         self.cv = threading.Condition()
         self.queue: list[_Pending] = []
         self.busy = False
 
-    def submit(self, request: SampleRequest) -> tuple[list[Completion], float]:
-        item = _Pending(request)
+    def submit(self, request: SampleRequest, version: int = 0
+               ) -> tuple[list[Completion], float]:
+        item = _Pending(request, version)
         with self.cv:
             self.queue.append(item)
         while True:
@@ -74,7 +80,7 @@ class Batcher:
             batch, prompts = [], 0
             for it in self.queue:
                 r = it.request
-                if r.seed is None and _settings(r) == _settings(head.request) and (
+                if r.seed is None and _settings(it) == _settings(head) and (
                         not batch or prompts + len(r.prompts) <= self.max_prompts):
                     batch.append(it)
                     prompts += len(r.prompts)
@@ -89,7 +95,7 @@ class Batcher:
             first.top_p, first.max_new_tokens, first.stop, first.greedy)
         t = time.perf_counter()
         try:
-            out = self.call(merged)
+            out = self.call(merged, batch[0].version)
             seconds = time.perf_counter() - t
             start = 0
             for it in batch:  # prompt-major: each request's prompts' n completions in a run

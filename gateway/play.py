@@ -9,7 +9,8 @@ sends its actions (`POST /v1/rollforge/episodes/{id}/step`); the environment ste
 sandbox, and when it says done, the kind's own grade is the episode's reward. The rows are the
 episode's recorded turns (gateway/rows.py: the ids sent and sampled, never re-tokenised) with
 that grade, written to the store beside the run (`<out_dir>/<run_id>-gateway`, iteration = the
-policy version that sampled them, one shard per episode), where gateway/train.py updates on them.
+policy version that sampled the episode's first turn, one shard per episode, each row keeping the
+version that sampled it), where gateway/train.py updates on them.
 
 What is graded is what the client sent, not what the policy sampled: an agent that edits the
 policy's text (extracts a code block, retries) is credited for the answer it submitted, and the
@@ -57,10 +58,10 @@ class Open:
 class Episodes:
     """The run's training tasks as episodes for outside clients (module docstring)."""
 
-    def __init__(self, cfg: RunConfig, version: int, records: EpisodeLog, tok):
+    def __init__(self, cfg: RunConfig, records: EpisodeLog, tok):
         from flows.stages import env_of, task_pool  # noqa: PLC0415 - builds the run's tasks
 
-        self.cfg, self.version, self.records, self.tok = cfg, version, records, tok
+        self.cfg, self.records, self.tok = cfg, records, tok
         self.tasks = {t.task_id: t for t in task_pool(cfg) if t.split == "train"}
         if not self.tasks:
             raise ValueError(f"run {cfg.run_id!r}: its task sources hold no training task")
@@ -137,10 +138,14 @@ class Episodes:
     # -- rows ------------------------------------------------------------------------------
     def _finish(self, episode: str, ep: Open, info: dict) -> dict:
         grade = breakdown_of(info)
+        turns = self.records.turns(episode)
+        # the whole episode in one shard (a take is by episode), under the version that began
+        # it: a gateway that follows new versions may have answered its later turns with newer
+        first = min(int(t["policy_version"]) for t in turns)
         rows = [{**r, **graded_columns(ep, grade, info)}
-                for r in episode_rows(self.records.turns(episode), self.tok,
-                                      Path(self.run_dir).name, self.version, self.cfg.hash())]
-        path = self._write(rows)
+                for r in episode_rows(turns, self.tok, Path(self.run_dir).name, first,
+                                      self.cfg.hash())]
+        path = self._write(rows, first)
         reward = grade.reward if grade is not None else math.nan
         return {"reward": None if math.isnan(reward) else reward,
                 "status": grade.status if grade else "not_graded",
@@ -148,13 +153,13 @@ class Episodes:
                 "test_outcomes": list(grade.test_outcomes) if grade else [],
                 "end_reason": info.get("end_reason"), "rows": len(rows), "written": path}
 
-    def _write(self, rows: list[dict]) -> str:
-        """The episode's rows as the next shard of the version's iteration (taken under a lock
+    def _write(self, rows: list[dict], version: int) -> str:
+        """The episode's rows as the next shard of iteration `version` (taken under a lock
         other gateways on this run take too: storage/trajectories.py `append_shard`)."""
         from storage import trajectories  # noqa: PLC0415
 
         with self._lock:
-            return trajectories.append_shard(self.run_dir, self.version, rows)
+            return trajectories.append_shard(self.run_dir, version, rows)
 
 
 def graded_columns(ep: Open, grade, info: dict) -> dict:

@@ -65,6 +65,7 @@ def make_app(gw: Gateway) -> FastAPI:
     @app.get("/v1/models")
     async def models(request: Request):
         gw.authorize(request)
+        gw.current_version()  # a following gateway lists the version that answers now
         return {"object": "list", "data": [{"id": m, "object": "model", "created": 0,
                                             "owned_by": "rollforge"} for m in gw.models]}
 

@@ -45,7 +45,7 @@ def _play_through_the_gateway(cfg, version: int, episodes: int) -> None:
     reference (the grader pays it 1; the untrained policy's replies earn 0): under dynamic
     sampling only a group whose rewards differ trains."""
     records = EpisodeLog(Path(cfg.run_dir) / "gateway" / "episodes")
-    play = Episodes(cfg, version, records, policy_tokenizer(cfg.run_dir, version))
+    play = Episodes(cfg, records, policy_tokenizer(cfg.run_dir, version))
     srv = Served(Gateway(cfg, version, KEY, records, None, play))
     task_id = sorted(play.tasks)[0]
     try:

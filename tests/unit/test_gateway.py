@@ -379,6 +379,86 @@ def test_requests_queued_while_the_boundary_is_busy_are_sampled_in_one_call(serv
         assert [c["prompt_index"] for c in rec["choices"]] == [0, 0]
 
 
+def _publish(cfg, version: int, seed: int) -> None:
+    torch.manual_seed(seed)
+    staging = checkpoints.staging_dir(cfg.run_dir, version)
+    save_policy(build_policy(PolicyConfig()).eval(), str(staging / "model"))
+    checkpoints.publish(staging, checkpoints.checkpoint_dir(cfg.run_dir, version),
+                        {"version": version})
+
+
+def test_a_following_gateway_answers_with_each_new_version_from_the_moment_it_appears(
+        tmp_path_factory, monkeypatch):
+    """`--follow`: v1 published while an episode is open; the episode's next turn, and the
+    listing, are v1's; each turn is recorded with the version that sampled it (a row each,
+    gateway/rows.py). A gateway that does not follow keeps v0."""
+    from gateway import app as gateway_app
+
+    monkeypatch.setattr(gateway_app, "FOLLOW_CHECK_S", 0.0)
+    versions, real = [], sampler.sample
+
+    def spied(cfg, version, request, progress=None):
+        versions.append(version)
+        return real(cfg, version, request, progress)
+    monkeypatch.setattr(sampler, "sample", spied)
+    cfg = _run(tmp_path_factory, "gwf", None)
+    records = EpisodeLog(Path(cfg.run_dir) / "gateway")
+    following, fixed = Gateway(cfg, 0, KEY, records, follow=True), Gateway(cfg, 0, KEY, records)
+    srv, srv_fixed = Served(following), Served(fixed)
+    try:
+        client = _client(srv, episode="f-1")
+        first = client.completions.create(model="gwf", prompt="x = ", max_tokens=4)
+        assert first.model_extra["rollforge"]["policy_version"] == 0
+        _publish(cfg, 1, seed=1)
+        bos = len(following.tok.encode(""))
+        prompt = (first.model_extra["prompt_token_ids"][0] + first.choices[0].model_extra[
+            "token_ids"] + following.tok.encode(" + 1")[bos:])
+        second = client.completions.create(model="gwf", prompt=prompt, max_tokens=4)
+        assert second.model_extra["rollforge"]["policy_version"] == 1
+        assert versions == [0, 1]
+        assert [m.id for m in _client(srv).models.list().data] == ["gwf", "gwf-v1"]
+        with pytest.raises(openai.BadRequestError, match="follows the run's newest version"):
+            client.completions.create(model="gwf-v0", prompt="x = ", max_tokens=2)
+        turns = records.turns("f-1")
+        assert [t["policy_version"] for t in turns] == [0, 1]
+        rows = episode_rows(turns, following.tok, "gwf")
+        assert [(r["policy_version"], r["end_reason"]) for r in rows] == [(0, "split"),
+                                                                          (1, "client")]
+        still = _client(srv_fixed, episode="f-2").completions.create(
+            model="gwf-v0", prompt="x = ", max_tokens=2)
+        assert still.model_extra["rollforge"]["policy_version"] == 0 and versions[-1] == 0
+    finally:
+        srv.stop()
+        srv_fixed.stop()
+
+
+def test_the_batcher_never_merges_requests_for_different_versions():
+    from engine.boundary import Completion, SampleRequest
+    from gateway.batching import Batcher
+
+    gate, calls = threading.Event(), []
+
+    def call(request, version):
+        calls.append((version, len(request.prompts)))
+        if len(calls) == 1:
+            gate.wait(120)
+        return [Completion(i, (1,), (-0.1,), "length", "a") for i in range(request.size)]
+
+    b = Batcher(call)
+    req = lambda p: SampleRequest([[p]], 1, 1.0, 1.0, 1)  # noqa: E731
+    threads = [threading.Thread(target=b.submit, args=(req(1), 0))]
+    threads[0].start()
+    _wait_for(lambda: len(calls) == 1)
+    for p, v in [(2, 0), (3, 1), (4, 0)]:
+        threads.append(threading.Thread(target=b.submit, args=(req(p), v)))
+        threads[-1].start()
+        _wait_for(lambda n=len(threads) - 1: len(b.queue) == n)
+    gate.set()
+    for t in threads:
+        t.join()
+    assert calls == [(0, 1), (0, 2), (1, 1)]
+
+
 def test_two_writers_on_one_folder_never_overwrite_a_turn(tmp_path):
     a, b = EpisodeLog(tmp_path), EpisodeLog(tmp_path)  # two gateways sharing the records
     got = [log.append("ep", {"who": who}) for log, who in ((a, "a"), (b, "b"), (a, "a2"))]

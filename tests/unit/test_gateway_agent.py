@@ -53,7 +53,7 @@ def served(tmp_path_factory):
     """A gateway with --episodes on a fresh tiny policy (version 0) of a run of `add` tasks."""
     cfg = _run_at_v0(tmp_path_factory.mktemp("runs"))
     records = EpisodeLog(Path(cfg.run_dir) / "gateway" / "episodes")
-    play = Episodes(cfg, 0, records, policy_tokenizer(cfg.run_dir, 0))
+    play = Episodes(cfg, records, policy_tokenizer(cfg.run_dir, 0))
     srv = Served(Gateway(cfg, 0, KEY, records, None, play))
     yield srv, play
     srv.stop()
@@ -178,5 +178,45 @@ def test_a_gateway_without_episodes_says_how_to_serve_them(tmp_path):
         with pytest.raises(openai.NotFoundError) as exc:
             _client(srv).post("/rollforge/episodes", cast_to=object, body={})
         assert exc.value.code == "episodes_not_served"
+    finally:
+        srv.stop()
+
+
+def _publish(cfg, version: int) -> None:
+    staging = checkpoints.staging_dir(cfg.run_dir, version)
+    torch.manual_seed(version)
+    save_policy(build_policy(cfg.policy).eval(), str(staging / "model"))
+    checkpoints.publish(staging, checkpoints.checkpoint_dir(cfg.run_dir, version),
+                        {"version": version})
+
+
+def test_an_episode_a_following_gateway_moved_to_a_new_version_in_is_stored_under_its_first(
+        tmp_path, monkeypatch):
+    """A gateway started at v0 with `--follow`: v1 is published before an episode's first turn
+    and v2 before its second. The episode's rows go whole into the shard of v1, the version that
+    began it (a take is by episode: gateway/train.py), each row with the version that sampled
+    it."""
+    from gateway import app as gateway_app
+
+    monkeypatch.setattr(gateway_app, "FOLLOW_CHECK_S", 0.0)
+    cfg = _run_at_v0(tmp_path)
+    records = EpisodeLog(tmp_path / "rec")
+    play = Episodes(cfg, records, policy_tokenizer(cfg.run_dir, 0))
+    srv = Served(Gateway(cfg, 0, KEY, records, None, play, follow=True))
+    try:
+        client = _client(srv)
+        ep = client.post("/rollforge/episodes", cast_to=object, body={})
+        ask = dict(model="agentrun", max_tokens=6, extra_headers={"X-Episode-Id": ep["episode_id"]})
+        _publish(cfg, 1)
+        client.completions.create(prompt=ep["observation"], **ask)
+        _publish(cfg, 2)
+        client.completions.create(prompt=ep["observation"] + "\n# again\n", **ask)
+        done = client.post(f"/rollforge/episodes/{ep['episode_id']}/step", cast_to=object,
+                           body={"action": "def f(x):\n    return x\n"})
+        assert done["done"] and done["rows"] == 2
+        assert trajectories.iterations_written(store_dir(cfg)) == [1]
+        df = trajectories.read_trajectories(store_dir(cfg), 1)
+        assert sorted(df["policy_version"]) == [1, 2]
+        assert set(df["episode_id"]) == {ep["episode_id"]}
     finally:
         srv.stop()
