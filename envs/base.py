@@ -123,6 +123,13 @@ class Environment:
         """The warm start's tasks: training-split tasks that have a reference."""
         return [t for t in self.generate() if t.split == "train" and t.reference is not None]
 
+    def demo_tool_calls(self, task: Task) -> list[list[tuple[str, dict]]] | None:
+        """A tools kind's demonstration of `task` (action_format: tools): its tool calls turn
+        by turn, as (name, arguments). The warm start plays them through the real environment
+        and trains on the episodes that solve (flows/warm_start.py `replayed_tool_demos`).
+        None: no demonstration of this task."""
+        return None
+
     def validate(self, task: Task) -> Task:
         """Check a task record against this kind (its payload first); raise ValueError naming
         the field. Returns the task (a kind may normalise it)."""

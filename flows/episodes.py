@@ -552,7 +552,8 @@ def tools_act(fmt: str) -> Callable[[str | None, str], str]:
 
 
 def replay_policy(tok, replies: dict[str, list[str]], drawn: dict | None = None) -> SampleFn:
-    """A fixed policy for tests (not a model): episode `e` answers turn `n` with
+    """A fixed policy for tests and the warm start's replayed tool-call demonstrations (not a
+    model): episode `e` answers turn `n` with
     `replies[e.task.task_id][n - 1]`, tokenized by `tok` and ended by its end-of-turn token,
     with log-probs that differ per token (a shifted one shows); `drawn[task_id]` keeps each
     draw's (ids, logprobs) in order."""

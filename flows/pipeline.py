@@ -19,7 +19,8 @@ from flows.episode_exec import Stepped, step_many
 from flows.episodes import episode_rows
 from flows.rollouts import dask_client, launcher_vars
 from flows.staging import has_checkpoint, pipeline_stage
-from flows.warm_start import agent_demos, dataset_pairs, probe_fn, tool_demos
+from flows.warm_start import (agent_demos, dataset_pairs, probe_fn, replayed_tool_demos,
+                               tool_demos)
 from storage import registry, trajectories
 from tasks.record import Task
 from training import checkpoints
@@ -40,14 +41,20 @@ def sft_stage(cfg: RunConfig, version: int = 0) -> dict:
     if checkpoints.exists(cfg.run_dir, 0):  # what made it, as it was recorded then
         return {**registry.read_warm_start(cfg.run_dir), "sft/reused": True}
     pairs, demos, encoded = [], [], []
+    # demonstrations are played in the sandbox: none for a warm start of 0 steps (or one on
+    # an exported dataset, which replaces them)
+    demonstrate = cfg.sft.steps > 0 and cfg.sft.dataset is None
     for src, tasks in stages.sft_data(cfg):
         env = src.environment()
+        if env is not None and getattr(env, "tool_kind", None):  # tool calls in a template
+            if demonstrate and getattr(env.config, "sft_demos", False):
+                encoded += tool_demos(cfg, src, env, tasks)  # the agent's: read what it sees
+            elif demonstrate:
+                encoded += replayed_tool_demos(cfg, env, tasks)
+            continue
         if env is not None and env.max_turns > 1:
-            if getattr(env.config, "sft_demos", False) and cfg.sft.dataset is None:
-                if getattr(env, "tool_kind", None):  # the episodes are tool calls in a template
-                    encoded += tool_demos(cfg, src, env, tasks)
-                else:
-                    demos += agent_demos(cfg, src, env, tasks)
+            if demonstrate and getattr(env.config, "sft_demos", False):
+                demos += agent_demos(cfg, src, env, tasks)
             continue
         pairs += tasks
     probe = None

@@ -1,6 +1,6 @@
 """What the warm start stage needs besides the trainer: the probe of a warm start trained until
-a criterion (`sft.until_pass`) and the agent kind's demonstrations, both played through the
-run's environments and Dask cluster."""
+a criterion (`sft.until_pass`) and the multi-turn and tools kinds' demonstrations, all played
+through the run's environments and Dask cluster."""
 from __future__ import annotations
 
 import time
@@ -9,8 +9,8 @@ from flows import stages
 from flows.config import RunConfig
 from flows.episode_exec import step_deadline_s, step_many
 from envs.toolcalls import write_tool_calls
-from flows.episodes import (build_demos, first_try_right, full_function, play, scripted_policy,
-                            solved, tools_act)
+from flows.episodes import (build_demos, first_try_right, full_function, play, replay_policy,
+                            scripted_policy, solved, tools_act)
 from flows.rollouts import dask_client, total_threads
 from tasks.record import Task
 from training.episodes import sample_actions
@@ -84,6 +84,37 @@ def tool_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list[tuple[list, 
     eps = play(usable, [demo_env] * len(usable), 1, cfg.policy.max_len, tok,
                demo_env.action_tokens(cfg.sampling.max_new_tokens),
                scripted_policy(first, tok, act=tools_act(ecfg.tool_format)), _step_fn(cfg))
+    return [(list(e.tokens.prompt_ids), list(e.tokens.ids), list(e.tokens.mask))
+            for e in eps if solved(e)]
+
+
+def replayed_tool_demos(cfg: RunConfig, env, tasks: list[Task], tok=None,
+                        step_fn=None) -> list[tuple[list, list, list]]:
+    """A tools kind's demonstrations (`Environment.demo_tool_calls`: the ops kind's reference
+    script as its `shell` call), encoded as `tool_demos`' are: each task's calls written in the
+    configured `tool_format`, replayed turn by turn through the run's own loop, environment and
+    sandbox in the policy's chat template, kept where the episode solved. A task whose calls
+    cannot be written in the format, or whose turn is longer than the sampler may write
+    (`sampling.max_new_tokens`, as the kind counts it), is left out. `tok`, `step_fn`: the
+    policy's tokenizer and the run's Dask steps unless given."""
+    tok = tok or _policy_tokenizer(cfg)
+    budget = env.action_tokens(cfg.sampling.max_new_tokens)
+    replies = {}
+    for t in tasks:
+        turns = env.demo_tool_calls(t)
+        if not turns or len(turns) > env.max_turns:
+            continue
+        try:
+            texts = [write_tool_calls(calls, env.config.tool_format) for calls in turns]
+        except ValueError:
+            continue
+        if all(len(tok.encode(x, bos=False)) < budget for x in texts):  # + the end of turn
+            replies[t.task_id] = texts
+    usable = [t for t in tasks if t.task_id in replies]
+    if not usable:
+        return []
+    eps = play(usable, [env] * len(usable), 1, cfg.policy.max_len, tok, budget,
+               replay_policy(tok, replies), step_fn or _step_fn(cfg))
     return [(list(e.tokens.prompt_ids), list(e.tokens.ids), list(e.tokens.mask))
             for e in eps if solved(e)]
 

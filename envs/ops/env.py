@@ -26,7 +26,7 @@ from envs.base import SingleTurnEnv, StepContext, StepResult, known_names
 from envs.ops.families import FAMILIES
 from envs.ops.hacks import ATTACKS, NO_CREDIT
 from envs.ops.integrity import bomb_flags, run_flags, state_flags
-from envs.tools import ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn
+from envs.tools import ToolOptions, call_outcomes, outcome, read_turn
 from envs.ops.probes import (CHECK_SOURCE, FILE_TYPES, FORMATS, PROBE_TYPES, Parsed, same_node,
                              verdicts, wanted_parses)
 from envs.sources import split_of
@@ -237,9 +237,9 @@ class OpsEnv(SingleTurnEnv):
     def max_turns(self) -> int:  # type: ignore[override]
         return self.config.max_turns
 
-    def sft_tasks(self) -> list[Task]:
-        no_tool_demos(self.name, self.config)
-        return super().sft_tasks()
+    def demo_tool_calls(self, task: Task) -> list[list[tuple[str, dict]]] | None:
+        """One turn: the reference script as the `shell` call."""
+        return None if task.reference is None else [[("shell", {"script": task.reference})]]
 
     def reset(self, task: Task):
         if not self.tool_kind:

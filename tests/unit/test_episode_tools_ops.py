@@ -98,10 +98,33 @@ def test_ops_through_tools_grades_the_empty_script_when_the_last_turn_has_no_val
 def test_ops_tools_options_are_refused_by_name_where_they_cannot_work():
     with pytest.raises(EnvError, match="max_turns=2 with action_format='xml'"):
         make_env("ops", {"max_turns": 2})
-    with pytest.raises(EnvError, match="no warm-start demonstrations"):
-        make_env("ops", {"action_format": "tools", "tasks_per_family": 1}).sft_tasks()
     from training.tokenizer import ByteTokenizer
 
     env = make_env("ops", {"tasks_per_family": 1, "action_format": "tools"})
     with pytest.raises(ValueError, match="needs a policy tokenizer with a chat template"):
         play(env.generate()[:1], [env], 1, 4096, ByteTokenizer(), 64, None, None)
+
+
+@pytest.mark.skipif(WHY is not None, reason=WHY or "")
+def test_the_warm_starts_ops_demonstrations_are_the_reference_as_a_shell_call_that_solves(tok):
+    """flows/warm_start.py `replayed_tool_demos`: each training task's reference script as a
+    `shell` call in the template, replayed through the loop and the real ops sandbox; the
+    encoded episode is the template's rendering of the task plus the call's tokens, all in the
+    loss (one turn), and only solving episodes are kept."""
+    from flows.warm_start import replayed_tool_demos
+
+    cfg = load_config(None, ["policy.max_len=2048", "sampling.max_new_tokens=512"])
+    env = make_env("ops", {"tasks_per_family": 1, "action_format": "tools"})
+    tasks = env.sft_tasks()[:3]
+    broken = tasks[2].model_copy(update={"reference": "exit 0\n"})  # leaves the state as is
+    scfg = SandboxConfig(timeout_s=10)
+    demos = replayed_tool_demos(cfg, env, tasks[:2] + [broken], tok,
+                                lambda turn, items: step_local(items, scfg, cfg.rewards))
+    assert len(demos) == 2
+    short = load_config(None, ["policy.max_len=2048", "sampling.max_new_tokens=8"])
+    assert replayed_tool_demos(short, env, tasks[:2], tok, None) == []  # longer than a turn
+    for (prompt, ids, mask), task in zip(demos, tasks):
+        assert mask == [1] * len(ids) and ids[-1] == tok.eos_token_id
+        reply = tok.decode(ids[:-1])
+        assert reply == call("shell", script=task.reference)
+        assert task.prompt.splitlines()[0] in tok.decode(prompt)
