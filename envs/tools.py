@@ -248,15 +248,6 @@ class ToolOptions(BaseModel):
         "template without tools); json = the reply is plain JSON calls (envs/toolcalls.py)")
 
 
-def no_tool_demos(kind: str, options: ToolOptions) -> None:
-    """Refuse a warm start with action_format=tools: the kind's demonstrations are text
-    actions, which would teach a format the tools episode never reads."""
-    if options.action_format == "tools":
-        raise EnvError(f"kind {kind!r}: action_format='tools' has no warm-start "
-                         "demonstrations (they are in the text action format, not tool "
-                         "calls); turn the SFT warm start off or use action_format='xml'")
-
-
 # -- one tools turn, for every kind ---------------------------------------------------------
 @dataclass(frozen=True)
 class ToolTurn:

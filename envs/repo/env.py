@@ -41,8 +41,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import Environment, StepContext, StepResult
 from envs.repo.diffs import PatchError, apply_diff
 from envs.repo.grading import apply_overlay, grade_candidate, is_test_path
-from envs.tools import (ToolOptions, call_outcomes, no_tool_demos, outcome, read_turn,
-                         tool_results)
+from envs.repo.scripted import scripted_calls
+from envs.tools import ToolOptions, call_outcomes, outcome, read_turn, tool_results
 from rewards.aggregate import RewardBreakdown, aggregate
 from rewards.reports import TestReport
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -159,9 +159,12 @@ class RepoEnv(Environment):
             tasks = [t for t in tasks if t.family in self.config.repos]
         return tasks
 
-    def sft_tasks(self) -> list[Task]:
-        no_tool_demos(self.name, self.config)
-        return super().sft_tasks()
+    def demo_tool_calls(self, task: Task) -> list[list[tuple[str, dict]]] | None:
+        """Two turns (envs/repo/scripted.py): run the failing test and read the buggy lines,
+        then edit them (one search/replace a hunk of the gold patch) and submit."""
+        if task.reference is None or self.config.max_turns < 2:
+            return None
+        return scripted_calls(task)
 
     @property
     def tool_kind(self) -> str | None:

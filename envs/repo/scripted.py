@@ -1,7 +1,8 @@
-"""A scripted agent for the repo kind (tests and benchmarks, not a model): it knows the fix
-(the task's gold patch) and plays it through the episode's own actions, as a person would:
-turn 1 runs the first failing test and reads the buggy lines, turn 2 edits them with
-search/replace blocks (one per hunk, every file of the patch) and submits."""
+"""A scripted agent for the repo kind (tests, benchmarks and the warm start's tool-call
+demonstrations, not a model): it knows the fix (the task's gold patch) and plays it through the
+episode's own actions, as a person would: turn 1 runs the first failing test and reads the buggy
+lines, turn 2 edits them with search/replace blocks (one per hunk, every file of the patch) and
+submits. `scripted_turn` writes the turns in the text verbs, `scripted_calls` as tool calls."""
 from __future__ import annotations
 
 import re
@@ -41,6 +42,15 @@ def gold_hunks(task: Task) -> list[tuple[str, int, str, str]]:
             new.append(line[1:])
     flush()
     return out
+
+
+def scripted_calls(task: Task) -> list[list[tuple[str, dict]]]:
+    """The same two turns as tool calls (envs/tools.py REPO_TOOLS), as (name, arguments)."""
+    hunks = gold_hunks(task)
+    look = [("run", {"command": "pytest -x " + shlex.quote(task.payload["fail_to_pass"][0])})]
+    look += [("read", {"path": p, "start": s, "end": s + 6}) for p, s, _, _ in hunks]
+    fix = [("edit", {"path": p, "search": o, "replace": n}) for p, _, o, n in hunks]
+    return [look, fix + [("submit", {})]]
 
 
 def scripted_turn(task: Task, turn: int) -> str:

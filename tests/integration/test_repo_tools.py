@@ -105,3 +105,24 @@ def test_a_call_to_a_tool_the_kind_lacks_runs_nothing_of_its_turn(tok, env, task
                                         for p in zip(ids, lps)]
     env_ids = [i for i, m in zip(e.tokens.ids, e.tokens.mask) if not m]
     assert "unknown tool 'grep'" in tok.tok.decode(env_ids)
+
+
+def test_the_warm_starts_repo_demonstrations_replay_the_scripted_fix_and_solve(tok, env, task):
+    """flows/warm_start.py `replayed_tool_demos` with the repo kind's `demo_tool_calls` (the
+    scripted agent's two turns as calls): the episode solves in the real sandbox, its tokens
+    are the template's, the calls' tokens in the loss and the tool messages out of it."""
+    from flows.warm_start import replayed_tool_demos
+
+    cfg = load_config(None, ["policy.max_len=16384", "sampling.max_new_tokens=512"])
+    scfg = SandboxConfig(timeout_s=30, memory_mb=1024)
+    demos = replayed_tool_demos(cfg, env, [task], tok,
+                                lambda turn, items: step_local(items, scfg, cfg.rewards))
+    (prompt, ids, mask), = demos
+    assert 0 in mask and mask[-1] == 1  # tool messages between the two turns, out of the loss
+    said = tok.tok.decode([i for i, m in zip(ids, mask) if m])
+    assert said.count("<tool_call>") == 2 + 2 * len(gold_hunks(task))  # run, reads; edits, submit
+    assert '"submit"' in said and "$ pytest" in tok.tok.decode([i for i, m in zip(ids, mask)
+                                                                 if not m])
+    one_turn = make_env("repo", {"repos": ["inflection"], "max_turns": 1,
+                                 "action_format": "tools"})
+    assert one_turn.demo_tool_calls(task) is None  # two turns do not fit in one
