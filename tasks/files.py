@@ -51,6 +51,9 @@ def parse_record(record: Any, path: str | os.PathLike, where: str,
     """Validate one record (a dict) into a Task, or raise TaskFileError naming `where`."""
     if not isinstance(record, dict):
         raise TaskFileError(path, where, f"expected a JSON object, got {type(record).__name__}")
+    if "verifier" in record:
+        raise TaskFileError(path, where, "field 'verifier' is the old name of 'kind': rename it "
+                                         "(the kind that grades the task, `rollforge envs`)")
     try:
         task = Task.model_validate(record)
     except ValidationError as exc:
@@ -116,8 +119,7 @@ def _load_parquet(path: Path, validate: Validate | None) -> list[Task]:
 
 
 # Columns a Parquet writer may leave null to mean "the default".
-_OPTIONAL_NULLABLE = {"examples", "verifier", "kind", "payload", "entry_point", "tests",
-                      "source"}
+_OPTIONAL_NULLABLE = {"examples", "kind", "payload", "entry_point", "tests", "source"}
 
 
 def load_tasks(path: str | os.PathLike, validate: Validate | None) -> list[Task]:

@@ -12,7 +12,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Split = Literal["train", "heldout"]
 
@@ -36,7 +36,7 @@ class Task(BaseModel):
     config's task source the task was drawn from (set when a pool is built; None elsewhere).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     task_id: str = Field(min_length=1)
     suite: str = Field(min_length=1)
@@ -44,9 +44,8 @@ class Task(BaseModel):
     difficulty: int = Field(ge=0, le=10)
     split: Split
     prompt: str = Field(min_length=1)
-    kind: str = Field("io", min_length=1, validation_alias=AliasChoices("kind", "verifier"),
-                      description="environment kind that grades the task (`rollforge envs`); "
-                      "`verifier` is accepted as its older name")
+    kind: str = Field("io", min_length=1,
+                      description="environment kind that grades the task (`rollforge envs`)")
     entry_point: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     tests: tuple[TestCase, ...] = ()
     examples: tuple[TestCase, ...] = ()

@@ -185,7 +185,7 @@ def make_df_task(family: str, params: Params, difficulty: int, n_tests: int, see
     return Task(task_id=f"df/{family}/{h}", suite="dataframe", family=family,
                 difficulty=difficulty, split=split, prompt=prompt, entry_point=fname,
                 tests=tuple(cases), examples=(example,),
-                reference=f"    return {lv.body(params)}\n", verifier="dataframe")
+                reference=f"    return {lv.body(params)}\n", kind="dataframe")
 
 
 def generate_dataframe_suite(families: list[str] | None = None, difficulties: list[int] = (1, 2, 3),

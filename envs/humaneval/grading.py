@@ -30,7 +30,7 @@ def task_plan(task: Task) -> Plan:
     """The task's planned calls and asserts; a check that cannot be planned is a bad task."""
     spec = task.tests[0].expected if len(task.tests) == 1 else None
     if not isinstance(spec, dict) or not isinstance(spec.get(TEST_KEY), str):
-        raise ValueError(f"task {task.task_id}: verifier='humaneval' needs exactly one TestCase "
+        raise ValueError(f"task {task.task_id}: kind='humaneval' needs exactly one TestCase "
                          f"with expected={{{TEST_KEY!r}: <test source>}}")
     plan = cached_plan(task.prompt, spec[TEST_KEY], task.entry_point)
     if isinstance(plan, Unplannable):

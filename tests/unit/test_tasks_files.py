@@ -178,3 +178,13 @@ def test_an_import_path_kind_in_a_file_loads_only_when_the_user_names_it(tmp_pat
                         pythonpath=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert len(listed.stdout.splitlines()) == 2 and marker.exists()
+
+
+def test_a_record_with_the_old_field_name_verifier_is_told_to_rename_it(tmp_path):
+    rec = generate_suite(["add"], [1], 1)[0].model_dump(mode="json")
+    rec["verifier"] = rec.pop("kind")
+    path = tmp_path / "old.jsonl"
+    _write_jsonl(path, [rec])
+    with pytest.raises(TaskFileError, match=r"old.jsonl:1: field 'verifier' is the old name of "
+                                            r"'kind': rename it"):
+        load_tasks(path, validate_by_kind)
