@@ -104,9 +104,8 @@ def difficulty(n_f2p: int, n_files: int) -> int:
 
 def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions = BuildOptions(),
                progress: Callable[[str], None] = lambda s: None) -> list[Task]:
-    from envs.repo.source import fetch_sdist, file_sha256, pristine_tree, split_spec  # noqa
+    from envs.repo.source import fetch_sdist, file_sha256, pristine_tree  # noqa
 
-    name, version = split_spec(spec)
     sha = file_sha256(fetch_sdist(spec))
     tree = pristine_tree(spec, sha)
     if "conftest.py" in tree:
@@ -114,75 +113,109 @@ def build_repo(spec: str, sandbox: Sandbox, limits: Limits, opts: BuildOptions =
     srcs = source_files(tree)
     if not srcs:
         raise BuildError(f"{spec}: no package source found (top-level packages with .py files)")
-    passed_all: set[str] | None = None
-    universe: set[str] = set()  # every node id any run collected
-    cap = opts.cpu_margin * opts.per_test_s
-    slowest: dict[str, float] = {}
-    for i in range(opts.runs):
-        r = _run(tree, None, sandbox, limits, opts, f"{spec}: test run {i + 1}")
-        ok = {t for t, o in r.outcomes.items() if o == "passed"}
-        universe |= set(r.outcomes)
-        for t, c in r.cpu.items():
-            slowest[t] = max(c, slowest.get(t, 0.0))
-        passed_all = ok if passed_all is None else passed_all & ok
-        progress(f"{spec}: run {i + 1}/{opts.runs}: {len(ok)} of {len(r.outcomes)} tests passed")
-    slow = {t for t in passed_all or () if slowest.get(t, 0.0) > cap}  # near the limit: out
-    stable = sorted((passed_all or set()) - slow)
-    if stable:
-        top = max(stable, key=lambda t: slowest.get(t, 0.0))
-        progress(f"{spec}: {len(slow)} passing tests left out for using over {cap:g} s of CPU; "
-                 f"the slowest kept, {top}, used {slowest.get(top, 0.0):.3f} s")
-    check = _run(tree, stable, sandbox, limits, opts, f"{spec}: the stable tests")
-    if check.flags or any(check.outcomes.get(t) != "passed" for t in stable):
-        bad = [t for t in stable if check.outcomes.get(t) != "passed"][:3]
-        raise BuildError(f"{spec}: the stable tests do not pass together cleanly "
-                         f"(flags {list(check.flags)}, e.g. {bad})")
-    if not stable:
-        raise BuildError(f"{spec}: no test passes every run")
-    progress(f"{spec}: {len(stable)} stable tests; mutating {len(srcs)} source files")
-    cands = [m for p in srcs for m in mutants(p, tree[p].decode())]
-    cands.sort(key=lambda m: _order(spec, m))
-    kept: list[tuple[Mutant, list[str], list[str], dict[str, str], int]] = []
-    tried = 0
-    why: Counter[str] = Counter()  # rejections by reason
-    peak = {"kept": 0.0, "rejected": float("inf")}  # the nearest CPU figures to the line
-    for m in cands:
-        if len(kept) >= opts.max_instances or tried >= opts.max_tries:
-            break
-        tried += 1
-        got, most = _validate(tree, {m.path: m.source.encode()}, stable, universe, sandbox,
-                              limits, opts)
-        if isinstance(got, str):
-            why[got.split(":")[0]] += 1
-            if got.startswith("slow"):
-                peak["rejected"] = min(peak["rejected"], most)
-                progress(f"{spec}: {m.site} rejected, {got}")
-        else:
-            kept.append((m, *got))
-            peak["kept"] = max(peak["kept"], most)
-        if tried % 25 == 0:
-            progress(f"{spec}: {tried} mutants tried, {len(kept)} kept")
-    progress(f"{spec}: {len(kept)} of {tried} mutants kept; rejected: "
-             + (", ".join(f"{n} {k}" for k, n in sorted(why.items())) or "none")
-             + f"; the most CPU one test of a kept mutant used: {peak['kept']:.3f} s (the "
-             f"line: {cap:g} s" + (f"; the least over it: {peak['rejected']:.3f} s)"
-                                   if peak["rejected"] < float("inf") else ")"))
+    build = _Build(spec, tree, sandbox, limits, opts, progress)
+    build.find_stable_tests()
+    progress(f"{spec}: {len(build.stable)} stable tests; mutating {len(srcs)} source files")
+    kept = build.keep_mutants(srcs)
     tasks = [_task(spec, sha, tree, {m.path: m.source.encode()}, [m], f2p, p2p, msgs, nc, opts)
              for m, f2p, p2p, msgs, nc in kept]
-    made = 0
-    for a_i, a in enumerate(kept):  # two-file instances: pairs of bugs in different files
-        for b in kept[a_i + 1:]:
-            if made >= opts.pairs:
+    pairs = build.pair_tasks(kept, sha)
+    progress(f"{spec}: {len(tasks) + len(pairs)} instances ({len(pairs)} two-file)")
+    return sorted(tasks + pairs, key=lambda t: t.task_id)
+
+
+class _Build:
+    """One repository's build: its stable tests, then the mutants kept against them."""
+
+    def __init__(self, spec, tree, sandbox, limits, opts, progress) -> None:
+        self.spec, self.tree, self.sandbox, self.limits = spec, tree, sandbox, limits
+        self.opts, self.progress = opts, progress
+        self.cap = opts.cpu_margin * opts.per_test_s  # a test's CPU seconds kept at most
+        self.stable: list[str] = []
+        self.universe: set[str] = set()  # every node id any run collected
+
+    def validate(self, bug):
+        return _validate(self.tree, bug, self.stable, self.universe, self.sandbox, self.limits,
+                         self.opts)
+
+    def find_stable_tests(self) -> None:
+        """The tests that pass in every one of `opts.runs` whole-suite runs, within the CPU
+        cap, and pass together once more; BuildError when there are none or they do not."""
+        spec, opts, passed_all, slowest = self.spec, self.opts, None, {}
+        for i in range(opts.runs):
+            r = _run(self.tree, None, self.sandbox, self.limits, opts, f"{spec}: test run {i + 1}")
+            ok = {t for t, o in r.outcomes.items() if o == "passed"}
+            self.universe |= set(r.outcomes)
+            for t, c in r.cpu.items():
+                slowest[t] = max(c, slowest.get(t, 0.0))
+            passed_all = ok if passed_all is None else passed_all & ok
+            self.progress(f"{spec}: run {i + 1}/{opts.runs}: {len(ok)} of {len(r.outcomes)} "
+                          "tests passed")
+        slow = {t for t in passed_all or () if slowest.get(t, 0.0) > self.cap}  # near the limit
+        self.stable = stable = sorted((passed_all or set()) - slow)
+        if stable:
+            top = max(stable, key=lambda t: slowest.get(t, 0.0))
+            self.progress(f"{spec}: {len(slow)} passing tests left out for using over "
+                          f"{self.cap:g} s of CPU; the slowest kept, {top}, used "
+                          f"{slowest.get(top, 0.0):.3f} s")
+        check = _run(self.tree, stable, self.sandbox, self.limits, opts, f"{spec}: the stable tests")
+        if check.flags or any(check.outcomes.get(t) != "passed" for t in stable):
+            bad = [t for t in stable if check.outcomes.get(t) != "passed"][:3]
+            raise BuildError(f"{spec}: the stable tests do not pass together cleanly "
+                             f"(flags {list(check.flags)}, e.g. {bad})")
+        if not stable:
+            raise BuildError(f"{spec}: no test passes every run")
+
+    def keep_mutants(self, srcs: list[str]) -> list[tuple]:
+        """(mutant, F2P, P2P, messages, collected) of the usable mutants of `srcs`, in hash
+        order, up to `opts.max_instances` kept or `opts.max_tries` tried."""
+        spec, opts = self.spec, self.opts
+        cands = [m for p in srcs for m in mutants(p, self.tree[p].decode())]
+        cands.sort(key=lambda m: _order(spec, m))
+        kept: list[tuple[Mutant, list[str], list[str], dict[str, str], int]] = []
+        tried = 0
+        why: Counter[str] = Counter()  # rejections by reason
+        peak = {"kept": 0.0, "rejected": float("inf")}  # the nearest CPU figures to the line
+        for m in cands:
+            if len(kept) >= opts.max_instances or tried >= opts.max_tries:
                 break
-            if a[0].path == b[0].path or not (set(a[1]) - set(b[1])) or not (set(b[1]) - set(a[1])):
-                continue
-            bug = {a[0].path: a[0].source.encode(), b[0].path: b[0].source.encode()}
-            got, _ = _validate(tree, bug, stable, universe, sandbox, limits, opts)
-            if not isinstance(got, str):
-                tasks.append(_task(spec, sha, tree, bug, [a[0], b[0]], *got, opts))
-                made += 1
-    progress(f"{spec}: {len(tasks)} instances ({made} two-file)")
-    return sorted(tasks, key=lambda t: t.task_id)
+            tried += 1
+            got, most = self.validate({m.path: m.source.encode()})
+            if isinstance(got, str):
+                why[got.split(":")[0]] += 1
+                if got.startswith("slow"):
+                    peak["rejected"] = min(peak["rejected"], most)
+                    self.progress(f"{spec}: {m.site} rejected, {got}")
+            else:
+                kept.append((m, *got))
+                peak["kept"] = max(peak["kept"], most)
+            if tried % 25 == 0:
+                self.progress(f"{spec}: {tried} mutants tried, {len(kept)} kept")
+        self.progress(
+            f"{spec}: {len(kept)} of {tried} mutants kept; rejected: "
+            + (", ".join(f"{n} {k}" for k, n in sorted(why.items())) or "none")
+            + f"; the most CPU one test of a kept mutant used: {peak['kept']:.3f} s (the "
+            f"line: {self.cap:g} s" + (f"; the least over it: {peak['rejected']:.3f} s)"
+                                       if peak["rejected"] < float("inf") else ")"))
+        return kept
+
+    def pair_tasks(self, kept: list[tuple], sha: str) -> list[Task]:
+        """Two-file instances: pairs of kept bugs in different files whose failing tests
+        differ both ways, validated together, up to `opts.pairs`."""
+        tasks: list[Task] = []
+        for a_i, a in enumerate(kept):
+            for b in kept[a_i + 1:]:
+                if len(tasks) >= self.opts.pairs:
+                    break
+                if a[0].path == b[0].path or not (set(a[1]) - set(b[1])) or not (
+                        set(b[1]) - set(a[1])):
+                    continue
+                bug = {a[0].path: a[0].source.encode(), b[0].path: b[0].source.encode()}
+                got, _ = self.validate(bug)
+                if not isinstance(got, str):
+                    tasks.append(_task(self.spec, sha, self.tree, bug, [a[0], b[0]], *got,
+                                       self.opts))
+        return tasks
 
 
 def _run(tree, ids, sandbox, limits, opts, what: str) -> TestRun:

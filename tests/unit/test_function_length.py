@@ -36,9 +36,6 @@ LONG: dict[str, int] = {
     "envs/agent/hacks.py::_workspace_attacks": 76,
     "envs/agent/hacks.py::_channel_attacks": 66,
     "envs/humaneval/hacks.py::humaneval_attacks": 62,
-    # Not split yet: only tests/integration/test_repo_hacks.py builds a repository (it fetches
-    # an sdist), so a split could not be checked offline.
-    "envs/repo/build.py::build_repo": 81,
 }
 
 
