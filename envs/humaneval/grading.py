@@ -14,6 +14,7 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
+from envs.batch_harness import split_batch
 from envs.humaneval.harness import HARNESS_SOURCE
 from envs.humaneval.plan import Plan, Unplannable, cached_plan, judge
 from rewards import pyast
@@ -23,7 +24,6 @@ from sandbox.base import ExecResult, Limits, Sandbox
 from tasks.record import Task
 
 TEST_KEY = "humaneval_test"
-_SAMPLE_END = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
 
 
 def task_plan(task: Task) -> Plan:
@@ -66,7 +66,7 @@ def run_humaneval_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, lim
                              output_bytes=limits.output_bytes * len(batch))
         res = sandbox.run({"harness.py": HARNESS_SOURCE, "batch.json": json.dumps(batch)},
                           _command(per_test_timeout_s, limits.timeout_s), run_limits)
-        per_sample = _split(res, len(batch))
+        per_sample = [p.end for p in split_batch(res, len(batch))]  # None: never finished
         for j, k in enumerate(index):
             reports[k] = _report(plans[k], per_sample[j], res)
     return reports  # type: ignore[return-value]
@@ -86,31 +86,6 @@ def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
 
 def _names(plan: Plan) -> tuple[str, ...]:
     return tuple(a.source for a in plan.asserts)
-
-
-def _split(res: ExecResult, n: int) -> list[ExecResult | None]:
-    """Per-sample execution records out of the batch parent's output (None: never finished)."""
-    recs: list[list[str]] = [[] for _ in range(n)]
-    prints = [""] * n
-    ends: list[ExecResult | None] = [None] * n
-    for line in res.stdout.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        s = rec.get("s") if isinstance(rec, dict) else None
-        if type(s) is not int or not 0 <= s < n or ends[s] is not None:
-            continue
-        if isinstance(rec.get("rec"), str):
-            recs[s].append(rec["rec"])
-        elif isinstance(rec.get("prints"), str):
-            prints[s] = rec["prints"]
-        elif rec.get("end") in _SAMPLE_END:
-            code = rec.get("code") if type(rec.get("code")) is int else None
-            t = float(rec["t"]) if type(rec.get("t")) in (int, float) else 0.0
-            ends[s] = ExecResult(rec["end"], code, "".join(r + "\n" for r in recs[s]),
-                                 prints[s], t, res.backend)
-    return ends
 
 
 def _report(plan: Plan, sample: ExecResult | None, batch: ExecResult) -> TestReport:

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from envs.base import TestReport
+from envs.batch_harness import Part, split_batch
 from envs.reasoning_gym.harness import HARNESS_SOURCE
 from rewards import pyast
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -41,7 +42,6 @@ TEST_NAME = "score_answer"
 # modules each time otherwise): the harness imports it before it reads any answer, and its
 # answers are data, never run as a program (sandbox/FORK_SERVER.md, a kind's own preload).
 PRELOAD = ("reasoning_gym",)
-_ENDS = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
 _CODE_NODES = (ast.Call, ast.Attribute, ast.Subscript, ast.Lambda, ast.ListComp, ast.SetComp,
                ast.DictComp, ast.GeneratorExp, ast.BoolOp, ast.IfExp, ast.NamedExpr,
                ast.Starred, ast.JoinedStr, ast.Await, ast.Yield, ast.YieldFrom)
@@ -85,7 +85,7 @@ def run_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limit
     res = sandbox.run({"harness.py": HARNESS_SOURCE, "job.json": json.dumps(job)},
                       ["python", "harness.py", str(per_answer_timeout_s)], run_limits,
                       preload=PRELOAD)
-    parts = _split(res, len(job))
+    parts = split_batch(res, len(job), {"ref_compiled": _strings})
     return [_report(answer, part, res) for (_, answer), part in zip(items, parts)]
 
 
@@ -98,45 +98,11 @@ def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
              preload=PRELOAD)
 
 
-class _Part:
-    """What the harness's parent said about one answer."""
-
-    def __init__(self) -> None:
-        self.recs: list[str] = []
-        self.ref_compiled: list[str] = []
-        self.prints = ""
-        self.setup_error: str | None = None
-        self.end: ExecResult | None = None
+def _strings(value) -> list[str] | None:
+    return [x for x in value if isinstance(x, str)] if isinstance(value, list) else None
 
 
-def _split(res: ExecResult, n: int) -> list[_Part]:
-    parts = [_Part() for _ in range(n)]
-    for line in res.stdout.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        s = rec.get("s") if isinstance(rec, dict) else None
-        if type(s) is not int or not 0 <= s < n or parts[s].end is not None:
-            continue
-        p = parts[s]
-        if isinstance(rec.get("rec"), str):
-            p.recs.append(rec["rec"])
-        elif isinstance(rec.get("setup_error"), str):
-            p.setup_error = rec["setup_error"]
-        elif isinstance(rec.get("ref_compiled"), list):
-            p.ref_compiled = [x for x in rec["ref_compiled"] if isinstance(x, str)]
-        elif isinstance(rec.get("prints"), str):
-            p.prints = rec["prints"]
-        elif rec.get("end") in _ENDS:
-            code = rec.get("code") if type(rec.get("code")) is int else None
-            t = float(rec["t"]) if type(rec.get("t")) in (int, float) else 0.0
-            p.end = ExecResult(rec["end"], code, "".join(r + "\n" for r in p.recs), p.prints,
-                               t, res.backend)
-    return parts
-
-
-def _report(answer: str, part: _Part, batch: ExecResult) -> TestReport:
+def _report(answer: str, part: Part, batch: ExecResult) -> TestReport:
     names = (TEST_NAME,)
     if batch.status == "infra_error":
         return TestReport(("missing",), (), "infra_error", batch, test_names=names)
@@ -148,7 +114,7 @@ def _report(answer: str, part: _Part, batch: ExecResult) -> TestReport:
     sample = part.end or replace(batch, status="failed" if batch.status == "ok" else batch.status,
                                  stdout="", stderr="")
     score, error, flags, compiled = _read(part.recs)
-    if code_beyond(answer, compiled, part.ref_compiled):
+    if code_beyond(answer, compiled, part.extra.get("ref_compiled", [])):
         flags.append("answer_code")
     if score is None:
         outcome = "timeout" if error == "Timeout" or sample.status == "timeout" else "error"

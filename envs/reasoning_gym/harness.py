@@ -22,6 +22,7 @@ then {"s", "rec": <raw line>}..., {"s", "prints"}, {"s", "end", "code", "t"}; fi
 """
 from pathlib import Path
 
+from envs.batch_harness import CAPTURE_SOURCE
 from envs.reasoning_gym import recipe
 from rewards.guard import GUARD_SOURCE
 from sandbox.fork_server import trust_script
@@ -32,21 +33,6 @@ _MAIN_SOURCE = r'''
 import hashlib as _hashlib, json as _jsonlib, math as _math
 
 _dumps, _loads = _jsonlib.dumps, _jsonlib.loads
-_CAPTURE_MAX, _SOURCE_MAX = 16, 4096
-_capture = [None]  # the list compile events go to while a scorer runs, else None
-
-
-def _compile_hook(event, args):
-    # Added before any guard: Python code can neither remove nor reach an audit hook. What it
-    # sees is what the scorer compiles (the answer, as the scorer rewrote it).
-    if event == "compile":
-        into = _capture[0]
-        if into is not None and len(into) < _CAPTURE_MAX:
-            src = args[0]
-            if type(src) is bytes:
-                src = bytes.decode(src, "utf-8", "replace")
-            if type(src) is str:
-                into.append(str.__str__(src)[:_SOURCE_MAX])
 
 
 def _score(key_fd, rec_fd, scorer, entry, answer, limit_s):
@@ -162,5 +148,6 @@ def main():
 main()
 '''
 
-HARNESS_SOURCE = _RECIPE_SOURCE + "\n" + GUARD_SOURCE + "\n" + _MAIN_SOURCE
+HARNESS_SOURCE = (_RECIPE_SOURCE + "\n" + GUARD_SOURCE + "\n" + CAPTURE_SOURCE + "\n"
+                  + _MAIN_SOURCE)
 trust_script(HARNESS_SOURCE)  # zygotes may keep it compiled

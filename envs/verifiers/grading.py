@@ -24,12 +24,12 @@ from dataclasses import replace
 from typing import Sequence
 
 from envs.base import TestReport
+from envs.batch_harness import Part, split_batch
 from envs.verifiers import venv
 from rewards import pyast
 from sandbox.base import ExecResult, Limits
 from tasks.record import Task
 
-_ENDS = ("ok", "failed", "timeout", "memory_exceeded", "output_truncated")
 _TOKENS = re.compile(r"[A-Za-z_]\w*|\d+")
 _ARITHMETIC = (ast.Module, ast.Expr, ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare,
                ast.Constant, ast.Name, ast.Load, ast.operator, ast.unaryop, ast.cmpop, ast.Call,
@@ -70,52 +70,28 @@ def run_batch(items: Sequence[tuple[Task, str]], limits: Limits,
     except Exception as exc:  # noqa: BLE001 -- the venv missing, the sandbox not starting
         res = ExecResult("infra_error", None, "", "", 0.0, "process",
                          error=f"{type(exc).__name__}: {exc}")
+    return reports_from([a for _, a in items], res)
+
+
+def reports_from(answers: Sequence[str], res: ExecResult) -> list[TestReport]:
+    """Each answer's report from the scoring run `res` of them all, in order."""
     load = venv.load_error(res)
-    parts = _split(res, len(items))
-    return [_report(a, part, res, load) for (_, a), part in zip(items, parts)]
+    parts = split_batch(res, len(answers), {"funcs": _funcs})
+    return [_report(a, part, res, load) for a, part in zip(answers, parts)]
 
 
-class _Part:
-    def __init__(self) -> None:
-        self.recs: list[str] = []
-        self.funcs: list[tuple[str, float]] | None = None
-        self.prints = ""
-        self.setup_error: str | None = None
-        self.end: ExecResult | None = None
+def _funcs(value) -> list[tuple[str, float]] | None:
+    """The rubric's reward functions as (name, weight), from the harness's `funcs` line."""
+    if not isinstance(value, list):
+        return None
+    return [(str(f[0]), float(f[1])) for f in value if isinstance(f, list) and len(f) == 2
+            and type(f[1]) in (int, float) and math.isfinite(f[1])]
 
 
-def _split(res: ExecResult, n: int) -> list[_Part]:
-    parts = [_Part() for _ in range(n)]
-    for line in res.stdout.splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        s = rec.get("s") if isinstance(rec, dict) else None
-        if type(s) is not int or not 0 <= s < n or parts[s].end is not None:
-            continue
-        p = parts[s]
-        if isinstance(rec.get("rec"), str):
-            p.recs.append(rec["rec"])
-        elif isinstance(rec.get("setup_error"), str):
-            p.setup_error = rec["setup_error"]
-        elif isinstance(rec.get("funcs"), list):
-            p.funcs = [(str(f[0]), float(f[1])) for f in rec["funcs"]
-                       if isinstance(f, list) and len(f) == 2
-                       and type(f[1]) in (int, float) and math.isfinite(f[1])]
-        elif isinstance(rec.get("prints"), str):
-            p.prints = rec["prints"]
-        elif rec.get("end") in _ENDS:
-            code = rec.get("code") if type(rec.get("code")) is int else None
-            t = float(rec["t"]) if type(rec.get("t")) in (int, float) else 0.0
-            p.end = ExecResult(rec["end"], code, "".join(r + "\n" for r in p.recs), p.prints,
-                               t, res.backend)
-    return parts
-
-
-def _report(answer: str, part: _Part, batch: ExecResult, load: str | None) -> TestReport:
+def _report(answer: str, part: Part, batch: ExecResult, load: str | None) -> TestReport:
+    every = part.extra.get("funcs")  # the rubric's functions, zero-weight ones included
     if batch.status == "infra_error" or load is not None or part.setup_error is not None \
-            or part.funcs is None:
+            or every is None:
         # the environment or its row could not be had here: not the answer's failure
         why = (f"environment load: {load}" if load else f"task setup: {part.setup_error}"
                if part.setup_error else batch.error or f"harness: {batch.status}, "
@@ -123,11 +99,11 @@ def _report(answer: str, part: _Part, batch: ExecResult, load: str | None) -> Te
         return TestReport(("missing",), (), "infra_error", replace(batch, status="infra_error",
                                                                   error=why),
                           load_error=load or part.setup_error)
-    funcs = [(n, w) for n, w in part.funcs if w != 0.0]
+    funcs = [(n, w) for n, w in every if w != 0.0]
     names = tuple(n for n, _ in funcs)
     sample = part.end or replace(batch, status="failed" if batch.status == "ok" else batch.status,
                                  stdout="", stderr="")
-    values, errors, flags, compiled, done = _read(part.recs, {n for n, _ in part.funcs})
+    values, errors, flags, compiled, done = _read(part.recs, {n for n, _ in every})
     if code_from_answer(answer, compiled):
         flags.append("answer_code")
     outcomes, error_types = [], []

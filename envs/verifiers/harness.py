@@ -24,6 +24,7 @@ Parent output, one JSON object a line: {"s", "setup_error"} | {"s", "funcs": [[n
 {"batch_done"}; or {"load_error"} when the environment did not load.
 Child records: {"flag"}, {"compiled"}, {"reward": name, "value"} | {"reward", "error"}, {"done"}.
 """
+from envs.batch_harness import CAPTURE_SOURCE
 from rewards.guard import GUARD_SOURCE
 from sandbox.fork_server import trust_script
 
@@ -31,22 +32,6 @@ _MAIN_SOURCE = r'''
 import hashlib as _hashlib, json as _jsonlib, logging as _logging, math as _math
 
 _dumps, _loads = _jsonlib.dumps, _jsonlib.loads
-_CAPTURE_MAX, _SOURCE_MAX = 16, 4096
-_capture = [None]
-
-
-def _compile_hook(event, args):
-    # Added before any guard: Python code can neither remove nor reach an audit hook.
-    if event == "compile":
-        into = _capture[0]
-        if into is not None and len(into) < _CAPTURE_MAX:
-            src = args[0]
-            if type(src) is bytes:
-                src = bytes.decode(src, "utf-8", "replace")
-            if type(src) is str:
-                into.append(str.__str__(src)[:_SOURCE_MAX])
-
-
 def _out(recs):
     data = memoryview("".join(_dumps(r, default=str) + "\n" for r in recs).encode())
     while data:
@@ -224,5 +209,5 @@ def main():
 main()
 '''
 
-HARNESS_SOURCE = GUARD_SOURCE + "\n" + _MAIN_SOURCE
+HARNESS_SOURCE = GUARD_SOURCE + "\n" + CAPTURE_SOURCE + "\n" + _MAIN_SOURCE
 trust_script(HARNESS_SOURCE)

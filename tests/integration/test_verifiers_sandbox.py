@@ -120,7 +120,8 @@ def test_verifiers_own_reasoning_gym_environment_grades_right_and_wrong_answers(
     # the question is arithmetic reasoning-gym wrote: evaluated here only to know the answer
     value = eval(t.prompt.split("Calculate")[-1].strip().rstrip("."), {"__builtins__": {}})
     right = str(int(value)) if float(value).is_integer() else str(value)
+    # not `right` with a digit appended: basic_arithmetic pays that near miss in part (0.92)
     reports = env.verify_batch([(t, f"<answer>{right}</answer>"),
-                                (t, f"<answer>{right}1</answer>")], None, LIMITS, 5.0)
+                                (t, "<answer>no idea</answer>")], None, LIMITS, 5.0)
     assert [r.score for r in reports] == [1.0, 0.0]
     assert reports[0].test_names == ("check_answer_reward_func",)
