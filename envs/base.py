@@ -17,9 +17,11 @@ is pickled by reference and imported by the worker (it must be installed there t
 """
 from __future__ import annotations
 
+import logging
 import math
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,6 +30,9 @@ from rewards.aggregate import RewardBreakdown, RewardConfig, aggregate
 from rewards.reports import Outcome, TestReport
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
+
+log = logging.getLogger(__name__)
+_SAID: set[tuple[str, str]] = set()  # (kind, missing module) warned about in this process
 
 
 # Outcome and TestReport are here for plug-ins: what a kind's verify returns.
@@ -229,7 +234,39 @@ class Environment:
                                  ctx.reward.per_test_timeout_s)
             if not report.infra_error:
                 break
+            missing = missing_module(report)
+            if missing is not None:  # the kind's own dependency: no retry will find it
+                report = replace(report, load_error=self._missing_dependency(missing))
+                if (self.name, missing) not in _SAID:
+                    _SAID.add((self.name, missing))
+                    log.warning("%s", report.load_error)
+                break
         return aggregate(report, ctx.reward, static), report
+
+    def _missing_dependency(self, module: str) -> str:
+        where = ("install it into the interpreter the sandbox runs (rollforge's own; the "
+                 "process backend shows its site-packages read-only)" if self.site_packages
+                 else "set `site_packages = True` on the kind, so that the sandbox sees the "
+                 "packages of rollforge's interpreter, and install it there")
+        return (f"MissingDependency: kind {self.name!r}: its sandbox run could not import "
+                f"{module!r}: {where}")
+
+
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([\w.]+)'")
+
+
+def missing_module(report: TestReport) -> str | None:
+    """The module a kind's own sandbox program could not import, when that is why its run
+    failed as infrastructure (a candidate's failed import is its own failure, never
+    infra_error), else None."""
+    if not report.infra_error:
+        return None
+    res = report.exec_result
+    for text in (report.load_error, getattr(res, "error", None), getattr(res, "stderr", None)):
+        m = _NO_MODULE.search(text or "")
+        if m:
+            return m.group(1)
+    return None
 
 
 class SingleTurnEnv(Environment):

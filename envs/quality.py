@@ -35,7 +35,7 @@ def check_task(task: Task, sandbox, limits, reward_cfg=None, env=None) -> TaskCh
         if b.infra_error:
             infra = True
             problems.append(f"reference could not be run: sandbox infra_error "
-                            f"({getattr(report.exec_result, 'error', None)})")
+                            f"({report.load_error or getattr(report.exec_result, 'error', None)})")
         elif not b.solved:
             why = b.error_type or report.load_error or ",".join(b.test_outcomes)
             problems.append(f"reference fails its hidden tests ({b.tests_passed}/{b.tests_total} "
