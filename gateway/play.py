@@ -15,11 +15,19 @@ version that sampled it), where gateway/train.py updates on them.
 What is graded is what the client sent, not what the policy sampled: an agent that edits the
 policy's text (extracts a code block, retries) is credited for the answer it submitted, and the
 policy's tokens of the episode carry that credit, as an agent framework's trainer credits them.
+
+An open episode (its task, environment and state) is kept beside its turn records
+(`<records>/<episode_id>/open.pkl`, written whole and replaced at each step, removed when the
+episode is done), so a gateway restarted on the same records folder takes up the episodes that
+were open when it stopped; a client steps them with the same id.
 """
 from __future__ import annotations
 
 import itertools
+import logging
 import math
+import os
+import pickle
 import threading
 import uuid
 from dataclasses import dataclass
@@ -35,6 +43,8 @@ from gateway.rows import episode_rows
 from tasks.record import Task
 
 SUFFIX = "-gateway"  # the store's run folder of the gateway's rows: <run_id>-gateway
+OPEN_FILE = "open.pkl"  # an open episode's task, environment and state, beside its turns
+log = logging.getLogger(__name__)
 
 
 def store_dir(cfg: RunConfig) -> str:
@@ -67,9 +77,9 @@ class Episodes:
             raise ValueError(f"run {cfg.run_id!r}: its task sources hold no training task")
         self.env_of = env_of(cfg)
         self._order = itertools.cycle(sorted(self.tasks))  # the next task when none is asked
-        self._open: dict[str, Open] = {}
         self._lock = threading.Lock()
         self.run_dir = store_dir(cfg)
+        self._open: dict[str, Open] = self._reopened()
 
     # -- the two calls ---------------------------------------------------------------------
     def open(self, body: dict) -> dict:
@@ -88,8 +98,10 @@ class Episodes:
         env = self.env_of(task)
         state, observation = env.reset(task)
         episode = f"ep-{uuid.uuid4().hex[:16]}"
+        ep = Open(task, env, state)
+        self._keep(episode, ep)
         with self._lock:
-            self._open[episode] = Open(task, env, state)
+            self._open[episode] = ep
         return {"episode_id": episode, "task_id": task.task_id, "kind": env.name,
                 "source": task.source, "observation": observation,
                 "max_turns": env.max_turns}
@@ -108,10 +120,49 @@ class Episodes:
             ep.busy = False
         ep.state, ep.turns = result.state, ep.turns + 1
         if not result.done:
+            self._keep(episode, ep)
             return {"episode_id": episode, "done": False, "observation": result.observation}
         ep.done = True
-        return {"episode_id": episode, "done": True,
-                **self._finish(episode, ep, {**result.info, "backend": result.backend})}
+        out = self._finish(episode, ep, {**result.info, "backend": result.backend})
+        self._open_file(episode).unlink(missing_ok=True)  # its rows are written: not open
+        return {"episode_id": episode, "done": True, **out}
+
+    # -- open episodes on disk ---------------------------------------------------------------
+    def _open_file(self, episode: str) -> Path:
+        return self.records.episode_dir(episode) / OPEN_FILE
+
+    def _keep(self, episode: str, ep: Open) -> None:
+        """Write the open episode beside its turns, whole (a temporary file, then renamed)."""
+        path = self._open_file(episode)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{OPEN_FILE}")
+        try:
+            with open(tmp, "wb") as fh:
+                pickle.dump((ep.task, ep.env, ep.state, ep.turns), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
+            tmp.unlink(missing_ok=True)
+            log.warning("gateway: episode %s is not kept on disk (a restart forgets it): %s",
+                        episode, exc)
+
+    def _reopened(self) -> dict[str, Open]:
+        """The episodes a gateway on these records left open (their tasks still the run's)."""
+        found: dict[str, Open] = {}
+        root = self.records.root
+        for path in sorted(root.glob(f"*/{OPEN_FILE}")) if root.is_dir() else []:
+            try:
+                with open(path, "rb") as fh:
+                    task, env, state, turns = pickle.load(fh)
+            except Exception as exc:  # noqa: BLE001 -- a file this gateway cannot read
+                log.warning("gateway: cannot take up the open episode in %s: %s", path, exc)
+                continue
+            if task.task_id in self.tasks:
+                found[path.parent.name] = Open(task, env, state, turns)
+        if found:
+            log.info("gateway: took up %d episodes left open on %s", len(found), root)
+        return found
 
     def _claim(self, episode: str) -> Open:
         """The open episode, marked busy; a named error when it is not one to step now."""
@@ -120,8 +171,8 @@ class Episodes:
             if ep is None:
                 raise GatewayError(404, f"episode {episode[:80]!r}: no such episode is open at "
                                    "this gateway (open one with POST /v1/rollforge/episodes; "
-                                   "episodes do not outlive the gateway)", "episode_not_found",
-                                   "episode_id")
+                                   "one finished, or opened at a gateway on other records, is "
+                                   "not)", "episode_not_found", "episode_id")
             if ep.done or ep.busy:
                 raise GatewayError(409, f"episode {episode!r} is "
                                    f"{'finished' if ep.done else 'stepping already'}",

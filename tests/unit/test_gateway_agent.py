@@ -220,3 +220,42 @@ def test_an_episode_a_following_gateway_moved_to_a_new_version_in_is_stored_unde
         assert set(df["episode_id"]) == {ep["episode_id"]}
     finally:
         srv.stop()
+
+
+def test_a_restarted_gateway_takes_up_the_episodes_left_open(tmp_path):
+    """Episodes open when a gateway stops (one asked, one not yet) are stepped to the end at a
+    new gateway on the same records folder; a finished one stays finished."""
+    cfg = _run_at_v0(tmp_path)
+    records = EpisodeLog(tmp_path / "rec")
+
+    def serve():
+        return Served(Gateway(cfg, 0, KEY, records, None,
+                              Episodes(cfg, records, policy_tokenizer(cfg.run_dir, 0))))
+    srv = serve()
+    client = _client(srv)
+    asked, fresh, done = (client.post("/rollforge/episodes", cast_to=object, body={})
+                          for _ in range(3))
+    for ep in (asked, done):
+        client.completions.create(model="agentrun", prompt=ep["observation"], max_tokens=4,
+                                  extra_headers={"X-Episode-Id": ep["episode_id"]})
+    client.post(f"/rollforge/episodes/{done['episode_id']}/step", cast_to=object,
+                body={"action": "x"})
+    srv.stop()
+    srv = serve()
+    try:
+        client = _client(srv)
+        client.completions.create(model="agentrun", prompt=fresh["observation"], max_tokens=4,
+                                  extra_headers={"X-Episode-Id": fresh["episode_id"]})
+        for ep in (asked, fresh):
+            out = client.post(f"/rollforge/episodes/{ep['episode_id']}/step", cast_to=object,
+                              body={"action": "def f(x):\n    return x\n"})
+            assert out["done"] and out["rows"] == 1
+        with pytest.raises(openai.NotFoundError):
+            client.post(f"/rollforge/episodes/{done['episode_id']}/step", cast_to=object,
+                        body={"action": "x"})
+        df = trajectories.read_trajectories(store_dir(cfg), 0)
+        assert set(df["episode_id"]) == {asked["episode_id"], fresh["episode_id"],
+                                         done["episode_id"]}
+        assert not list((tmp_path / "rec").glob("*/open.pkl"))
+    finally:
+        srv.stop()
