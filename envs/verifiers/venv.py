@@ -53,7 +53,8 @@ _lock = threading.Lock()
 def _sandbox_for(exe: str):
     from sandbox.process import ProcessSandbox  # noqa: PLC0415
 
-    # a fresh interpreter per run: the fork server's zygote is .venv's interpreter
+    # a fresh interpreter per run: each run loads its environment (seconds), which a fork
+    # server of this interpreter was measured not to save (docs/environments.md)
     return ProcessSandbox(python=exe, site_packages=True, fork_server=False)
 
 
