@@ -84,8 +84,7 @@ def tool_demos(cfg: RunConfig, src, env, tasks: list[Task]) -> list[tuple[list, 
     eps = play(usable, [demo_env] * len(usable), 1, cfg.policy.max_len, tok,
                demo_env.action_tokens(cfg.sampling.max_new_tokens),
                scripted_policy(first, tok, act=tools_act(ecfg.tool_format)), _step_fn(cfg))
-    return [(list(e.tokens.prompt_ids), list(e.tokens.ids), list(e.tokens.mask))
-            for e in eps if solved(e)]
+    return _solved_tokens(eps)
 
 
 def replayed_tool_demos(cfg: RunConfig, env, tasks: list[Task], tok=None,
@@ -97,7 +96,7 @@ def replayed_tool_demos(cfg: RunConfig, env, tasks: list[Task], tok=None,
     cannot be written in the format, or whose turn is longer than the sampler may write
     (`sampling.max_new_tokens`, as the kind counts it), is left out. `tok`, `step_fn`: the
     policy's tokenizer and the run's Dask steps unless given."""
-    tok = tok or _policy_tokenizer(cfg)
+    tok = tok if tok is not None else _policy_tokenizer(cfg)
     budget = env.action_tokens(cfg.sampling.max_new_tokens)
     replies = {}
     for t in tasks:
@@ -115,6 +114,11 @@ def replayed_tool_demos(cfg: RunConfig, env, tasks: list[Task], tok=None,
         return []
     eps = play(usable, [env] * len(usable), 1, cfg.policy.max_len, tok, budget,
                replay_policy(tok, replies), step_fn or _step_fn(cfg))
+    return _solved_tokens(eps)
+
+
+def _solved_tokens(eps) -> list[tuple[list, list, list]]:
+    """(prompt ids, completion ids, mask) of the episodes that solved: the warm start's data."""
     return [(list(e.tokens.prompt_ids), list(e.tokens.ids), list(e.tokens.mask))
             for e in eps if solved(e)]
 

@@ -28,6 +28,7 @@ from flows.config import RunConfig
 from gateway import openai_api as api
 from gateway.batching import Batcher
 from gateway.records import EpisodeLog, check_episode_id, new_episode_id
+from training import checkpoints
 
 EPISODE_HEADER = "X-Episode-Id"
 FOLLOW_CHECK_S = 1.0  # a following gateway looks for a newer version at most this often
@@ -71,15 +72,16 @@ class Gateway:
 
     @property
     def models(self) -> tuple[str, str]:
-        return (self.cfg.run_id, f"{self.cfg.run_id}-v{self.version}")
+        return self.model_names(self.version)
+
+    def model_names(self, version: int) -> tuple[str, str]:
+        return (self.cfg.run_id, f"{self.cfg.run_id}-v{version}")
 
     def current_version(self) -> int:
         """The version that answers the next request: the one served, or, when following, the
         newest the run has published (looked for at most once every FOLLOW_CHECK_S)."""
         if not self.follow:
             return self.version
-        from training import checkpoints  # noqa: PLC0415
-
         with self._version_lock:
             now = time.monotonic()
             if now - self._checked >= FOLLOW_CHECK_S:
@@ -93,7 +95,7 @@ class Gateway:
 
     def check_model(self, body: dict, version: int) -> str:
         model = body.get("model")
-        names = (self.cfg.run_id, f"{self.cfg.run_id}-v{version}")
+        names = self.model_names(version)
         if model not in names:
             follows = (f" (it follows the run's newest version: ask for {self.cfg.run_id!r})"
                        if self.follow else "")
