@@ -26,7 +26,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import os
 import pickle
 import threading
 import uuid
@@ -40,6 +39,7 @@ from flows.episode_exec import step_episode
 from gateway.openai_api import GatewayError
 from gateway.records import EpisodeLog
 from gateway.rows import episode_rows
+from storage.fs import atomic_write_bytes, locate
 from tasks.record import Task
 
 SUFFIX = "-gateway"  # the store's run folder of the gateway's rows: <run_id>-gateway
@@ -132,18 +132,11 @@ class Episodes:
         return self.records.episode_dir(episode) / OPEN_FILE
 
     def _keep(self, episode: str, ep: Open) -> None:
-        """Write the open episode beside its turns, whole (a temporary file, then renamed)."""
-        path = self._open_file(episode)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{OPEN_FILE}")
+        """Write the open episode beside its turns, whole (storage/fs.py `atomic_write`)."""
         try:
-            with open(tmp, "wb") as fh:
-                pickle.dump((ep.task, ep.env, ep.state, ep.turns), fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            data = pickle.dumps((ep.task, ep.env, ep.state, ep.turns))
+            atomic_write_bytes(locate(str(self._open_file(episode))), data)
         except (OSError, pickle.PicklingError, TypeError, AttributeError) as exc:
-            tmp.unlink(missing_ok=True)
             log.warning("gateway: episode %s is not kept on disk (a restart forgets it): %s",
                         episode, exc)
 
