@@ -9,8 +9,9 @@ from flows import stages
 from flows.config import RunConfig
 from flows.episode_exec import step_deadline_s, step_many
 from envs.toolcalls import write_tool_calls
-from flows.episodes import (build_demos, first_try_right, full_function, play, replay_policy,
-                            scripted_policy, solved, tools_act)
+from flows.episodes import play, solved
+from flows.scripted import (build_demos, first_try_right, full_function, replay_policy,
+                            scripted_policy, tools_act)
 from flows.rollouts import dask_client, total_threads
 from tasks.record import Task
 from training.episodes import sample_actions
