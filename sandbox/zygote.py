@@ -327,7 +327,7 @@ def _serve(config):
     for name in config["preload"]:
         try:
             __import__(name)
-        except ImportError:
+        except Exception:  # the run imports it itself and meets the error there, as it would
             pass
     # Imports load bytecode without compiling: the compiler's first use would set up its state
     # in every child, again and again (about 2 ms each). Use it once here, on our own text.
