@@ -55,6 +55,16 @@ class Part:
         self.extra: dict[str, Any] = {}
 
 
+def warm_zygotes(sandbox, files: dict, argv: list[str], runs: int,
+                 preload: tuple[str, ...] = ()) -> None:
+    """Let `sandbox` start, in the background, the zygotes that `runs` concurrent batches of
+    `argv` over `files` will fork from (the process backend's fork server, with `preload`
+    imported); a no-op for other backends."""
+    warm = getattr(getattr(sandbox, "fork_server", None), "warm", None)
+    if warm is not None:
+        warm(files, argv, runs, preload=preload)
+
+
 def split_batch(res: ExecResult, n: int,
                 extra: dict[str, Callable[[Any], Any]] | None = None) -> list[Part]:
     """The `n` answers' parts of a batch run's stdout. `extra` maps a kind's own key to a

@@ -126,15 +126,20 @@ def _plain_source(source: str | bytes) -> bool:
     return True
 
 
+def _check_preload(names: Sequence[str]) -> None:
+    """ValueError for a name that is not a module name or is one the guard denies."""
+    bad = [m for m in names if not _MODULE.fullmatch(m) or m.split(".")[0] in DENIED_PRELOAD]
+    if bad:
+        raise ValueError(f"preload={bad!r}: not a module name, or one the harness's guard "
+                         "denies (a zygote must not hold it loaded)")
+
+
 class ForkServer:
     """Zygotes of one process sandbox, by interpreter flags, workspace base and the modules a
     run asked to preload beyond `preload`; thread-safe."""
 
     def __init__(self, sbx: ProcessSandbox, preload: tuple[str, ...] = PRELOAD) -> None:
-        bad = [m for m in preload if m.split(".")[0] in DENIED_PRELOAD]
-        if bad:
-            raise ValueError(f"preload={bad!r}: the harness's guard denies these imports; a "
-                             "zygote must not hold them loaded")
+        _check_preload(preload)
         self.sbx, self.preload = sbx, preload
         self._idle: dict[tuple, list[Zygote]] = {}
         self._all: set[Zygote] = set()
@@ -244,10 +249,7 @@ class ForkServer:
         if isinstance(preload, str):
             raise ValueError(f"preload={preload!r}: expected a sequence of module names")
         extra = tuple(sorted({m for m in preload if m not in self.preload}))
-        bad = [m for m in extra if not _MODULE.fullmatch(m) or m.split(".")[0] in DENIED_PRELOAD]
-        if bad:
-            raise ValueError(f"preload={bad!r}: not a module name, or one the harness's guard "
-                             "denies (a zygote must not hold it loaded)")
+        _check_preload(extra)
         return extra
 
     def run(self, files: Mapping[str, str | bytes], plan: Plan, limits: Limits,

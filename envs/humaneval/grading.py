@@ -14,7 +14,7 @@ import json
 from dataclasses import replace
 from typing import Sequence
 
-from envs.batch_harness import split_batch
+from envs.batch_harness import split_batch, warm_zygotes
 from envs.humaneval.harness import HARNESS_SOURCE
 from envs.humaneval.plan import Plan, Unplannable, cached_plan, judge
 from rewards import pyast
@@ -79,9 +79,7 @@ def _command(per_test_timeout_s: float, timeout_s: float) -> list[str]:
 def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
     """Let `sandbox` start what `runs` concurrent batches will run in (the process backend's
     zygotes) in the background, while the caller plans them; a no-op for other backends."""
-    warm = getattr(getattr(sandbox, "fork_server", None), "warm", None)
-    if warm is not None:
-        warm({"harness.py": HARNESS_SOURCE}, _command(1.0, 1.0), runs)
+    warm_zygotes(sandbox, {"harness.py": HARNESS_SOURCE}, _command(1.0, 1.0), runs)
 
 
 def _names(plan: Plan) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from dataclasses import replace
 from typing import Sequence
 
 from envs.base import TestReport
-from envs.batch_harness import Part, split_batch
+from envs.batch_harness import Part, split_batch, warm_zygotes
 from envs.reasoning_gym.harness import HARNESS_SOURCE
 from rewards import pyast
 from sandbox.base import ExecResult, Limits, Sandbox
@@ -92,10 +92,8 @@ def run_batch(items: Sequence[tuple[Task, str]], sandbox: Sandbox, limits: Limit
 def warm_sandbox(sandbox: Sandbox, runs: int) -> None:
     """Let `sandbox` start what `runs` concurrent batches will run in (the process backend's
     zygotes, reasoning_gym imported) in the background; a no-op for other backends."""
-    warm = getattr(getattr(sandbox, "fork_server", None), "warm", None)
-    if warm is not None:
-        warm({"harness.py": HARNESS_SOURCE}, ["python", "harness.py", "1.0"], runs,
-             preload=PRELOAD)
+    warm_zygotes(sandbox, {"harness.py": HARNESS_SOURCE}, ["python", "harness.py", "1.0"], runs,
+                 PRELOAD)
 
 
 def _strings(value) -> list[str] | None:
