@@ -226,7 +226,7 @@ def one_size(n: int, workers: int, group: int, shard_size: int, profile: str | N
         times = {k[5:-2]: v for k, v in col.timings.items()}
         times["metrics"] = time.perf_counter() - t
         return {"times": times, "rows": len(rows), "queue_samples": len(col.queue),
-                "solved": sum(bool(r["solved"]) for r in rows),
+                "solved": sum(bool(r.solved) for r in rows),
                 "per_s": metrics["rollout/per_s"]}
 
     prof = None

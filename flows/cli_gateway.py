@@ -138,7 +138,7 @@ def _print_rows(cfg, version: int, args) -> int:
         if not turns:
             raise UsageError(f"--rows {ep}: no recorded turns under {log.root / ep}")
         for row in episode_rows(turns, tok, cfg.run_id, config_hash=cfg.hash()):
-            print(json.dumps(row))
+            print(json.dumps(row.as_dict()))
     return 0
 
 

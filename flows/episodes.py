@@ -393,9 +393,9 @@ def _turn_credit(rl, e: Episode, advantage: float) -> list[float] | None:
 
 
 def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: int,
-                 config_hash: str, group_offset: int = 0) -> list[dict]:
-    """One trajectory row per episode (storage/schema.py `TrajectoryRow`, as a dict; the
-    columns: docs/analysts.md), GRPO advantages per task group.
+                 config_hash: str, group_offset: int = 0) -> list[TrajectoryRow]:
+    """One trajectory row per episode (storage/schema.py `TrajectoryRow`; the columns:
+    docs/analysts.md), GRPO advantages per task group.
     The columns only multi-turn episodes fill (the turns' text, the mask, shaping) stay null on
     single-turn rows."""
     grades = [e.grade for e in eps]
@@ -445,7 +445,7 @@ def episode_rows(cfg, iteration: int, version: int, eps: list[Episode], group: i
             tool_calls=e.calls if e.chat else None,
             turn_progress=e.progress if multi else None,
             turn_advantages=credit[i] if multi else None,
-        ).as_dict())
+        ))
     return rows
 
 

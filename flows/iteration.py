@@ -43,6 +43,7 @@ from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
 from flows.stop import second_signal_ends_it
 from gateway.train import loop_rows
 from storage import registry
+from storage.schema import TrajectoryRow
 from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
@@ -291,8 +292,8 @@ class Collected:
     """What `collect` gathered of one iteration: what its update trains on and what `finish`
     reports."""
 
-    rows: list[dict]  # every scored row, as stored (refill rounds included)
-    train_rows: list[dict]  # the rows the update trains on (the informative groups' only,
+    rows: list[TrajectoryRow]  # every scored row, as stored (refill rounds included)
+    train_rows: list[TrajectoryRow]  # the rows the update trains on (the informative groups' only,
     # with dynamic sampling, and rows with a non-zero turn credit: stages.train_row_mask)
     episodes: list[Episode]
     stepped: list[Stepped]  # environment steps executed now (cache hits left out)
@@ -327,7 +328,7 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
     ledger = stages.ledger_frame(cfg.run_dir, it)
     timings["time/ledger_s"] = time.perf_counter() - t
     G, want = cfg.sampling.group_size, cfg.tasks.tasks_per_iteration
-    rows: list[dict] = []
+    rows: list[TrajectoryRow] = []
     episodes: list[Episode] = []
     stepped: list[Stepped] = []
     used: list[str] = []
@@ -354,7 +355,7 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
                       episodes=eps, group_offset=len(rows) // G)
         rounds += 1
         keep = stages.informative_row_mask(rows)
-        kept_groups = len({r["group_id"] for r, k in zip(rows, keep) if k})
+        kept_groups = len({r.group_id for r, k in zip(rows, keep) if k})
         if rnd == 0:  # what the sampler alone achieved, before any refill
             first_share = kept_groups / max(1, len(rows) // G)
     timed("write_trajectories", write_trajectories, cfg=cfg, iteration=it, version=v, rows=rows)
@@ -364,7 +365,7 @@ def collect(cfg: RunConfig, it: int, opts: dict, client) -> Collected:
     both = rows + gateway
     keep = (stages.train_row_mask(both) if cfg.tasks.dynamic_sampling
             else np.ones(len(both), dtype=bool))
-    taken = ({"gateway/episodes_taken": len({r["episode_id"] for r in gateway}),
+    taken = ({"gateway/episodes_taken": len({r.episode_id for r in gateway}),
               "gateway/rows_trained": int(keep[len(rows):].sum())}
              if cfg.rl.gateway_rows else {})
     return Collected(rows=rows, train_rows=[r for r, k in zip(both, keep) if k],
@@ -389,12 +390,12 @@ def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, 
                "curriculum/groups_informative": kept_groups,
                "curriculum/informative_share": kept_groups / groups if groups else math.nan,
                "curriculum/informative_share_first_round": col.first_share,
-               "curriculum/groups_trained": len({r["group_id"] for r in col.train_rows}),
-               "curriculum/mean_difficulty": (sum(r["difficulty"] for r in rows) / len(rows)
+               "curriculum/groups_trained": len({r.group_id for r in col.train_rows}),
+               "curriculum/mean_difficulty": (sum(r.difficulty for r in rows) / len(rows)
                                               if rows else math.nan),
                "policy_sampled": col.sampled_with, **col.gateway, **engine_metrics(cfg)}
-    for src in sorted({r["source"] for r in rows if r["source"]}):
-        mine = [r for r in rows if r["source"] == src]
+    for src in sorted({r.source for r in rows if r.source}):
+        mine = [r for r in rows if r.source == src]
         metrics[f"rollout/source/{src}/count"] = len(mine)
         metrics[f"rollout/source/{src}/mean_reward"] = stages.rollout_metrics(mine)["rollout/mean_reward"]
     if eval_due(cfg, it):

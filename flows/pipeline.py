@@ -22,6 +22,7 @@ from flows.staging import has_checkpoint, pipeline_stage
 from flows.warm_start import (agent_demos, dataset_pairs, probe_fn, replayed_tool_demos,
                                tool_demos)
 from storage import registry, trajectories
+from storage.schema import TrajectoryRow
 from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
@@ -141,13 +142,14 @@ def run_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int | str
 
 @pipeline_stage("score", timeout_s=1800)
 def score_rollouts(cfg: RunConfig, iteration: int, version: int, round_: int, episodes: list,
-                   group_offset: int) -> list[dict]:
+                   group_offset: int) -> list[TrajectoryRow]:
     return episode_rows(cfg, iteration, version, episodes, cfg.sampling.group_size, cfg.hash(),
                         group_offset)
 
 
 @pipeline_stage("write_trajectories", timeout_s=1800)
-def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> list[str]:
+def write_trajectories(cfg: RunConfig, iteration: int, version: int,
+                       rows: list[TrajectoryRow]) -> list[str]:
     # One switch from any earlier attempt of this iteration (another config or code) to this
     # one: readers never see rows of both, and a crash at any step leaves one whole attempt.
     size = cfg.cluster.shard_size
@@ -155,22 +157,22 @@ def write_trajectories(cfg: RunConfig, iteration: int, version: int, rows: list[
                                         [rows[i:i + size] for i in range(0, len(rows), size)])
 
 
-def rl_samples(cfg: RunConfig, rows: list[dict]) -> list[RLSample]:
-    """The update's samples of stored rows: a row's turn advantages (rl.turn_credit) go on its
+def rl_samples(cfg: RunConfig, rows: list[TrajectoryRow]) -> list[RLSample]:
+    """The update's samples of scored rows: a row's turn advantages (rl.turn_credit) go on its
     policy tokens, run by run; without them every token takes the row's advantage."""
-    return [RLSample(r["prompt_token_ids"], r["completion_token_ids"], r["sampling_logprobs"],
-                     0.0 if math.isnan(r["advantage"]) else r["advantage"],
-                     reward=r["reward"], group_id=r["group_id"],
-                     token_advantages=token_values(r["completion_mask"], r["turn_advantages"])
-                     if r.get("turn_advantages") is not None else None,
-                     completion_mask=r.get("completion_mask"),
-                     version=r.get("policy_version"),
+    return [RLSample(r.prompt_token_ids, r.completion_token_ids, r.sampling_logprobs,
+                     0.0 if math.isnan(r.advantage) else r.advantage,
+                     reward=r.reward, group_id=r.group_id,
+                     token_advantages=token_values(r.completion_mask, r.turn_advantages)
+                     if r.turn_advantages is not None else None,
+                     completion_mask=r.completion_mask, version=r.policy_version,
                      engine_sampled=cfg.sampling.engine != "local") for r in rows]
 
 
 @pipeline_stage("update_policy", retries=1, timeout_s=4 * 3600,
         product=has_checkpoint(lambda p: p["version"] + 1))
-def update_policy(cfg: RunConfig, iteration: int, version: int, rows: list[dict]) -> dict:
+def update_policy(cfg: RunConfig, iteration: int, version: int,
+                  rows: list[TrajectoryRow]) -> dict:
     t0 = time.perf_counter()
     samples = rl_samples(cfg, rows)
     replay = stages.replay_pairs(cfg) if cfg.rl.replay_coef > 0 else ()

@@ -23,6 +23,7 @@ from flows.config import RunConfig, task_sources
 from flows.episode_exec import Stepped
 from rewards import outcome
 from rewards.outcome import SOLVED_FACTS, fill_solved
+from storage.schema import TrajectoryRow
 from tasks.curriculum import (TRAJECTORY_COLUMNS, CurriculumConfig, DifficultyLedger,
                               informative_groups, sample_batch)
 from tasks.record import Task
@@ -165,21 +166,21 @@ def pick_tasks(cfg: RunConfig, iteration: int, round_: int, n: int, ledger: pd.D
     return out
 
 
-def informative_row_mask(rows: list[dict]) -> np.ndarray:
+def informative_row_mask(rows: list[TrajectoryRow]) -> np.ndarray:
     """Per row: whether its group's scored rewards are not all equal (DAPO keeps these)."""
     if not rows:
         return np.zeros(0, dtype=bool)
-    return informative_groups(np.array([r["reward"] for r in rows], dtype=np.float64),
-                              np.array([r["group_id"] for r in rows]))
+    return informative_groups(np.array([r.reward for r in rows], dtype=np.float64),
+                              np.array([r.group_id for r in rows]))
 
 
-def train_row_mask(rows: list[dict]) -> np.ndarray:
+def train_row_mask(rows: list[TrajectoryRow]) -> np.ndarray:
     """Per row: whether dynamic sampling gives it to the update: its group is informative, or
     a turn of it has a non-zero advantage (rl.turn_credit). The second keeps turn credit
     unbiased: whether a group is informative depends on the episode's own outcome, so dropping
     the turn terms of the others would leave E[grad log pi x Phi_t] non-zero."""
     keep = informative_row_mask(rows)
-    return keep | np.array([any(a != 0.0 for a in (r.get("turn_advantages") or ()))
+    return keep | np.array([any(a != 0.0 for a in (r.turn_advantages or ()))
                             for r in rows], dtype=bool)
 
 
@@ -197,20 +198,20 @@ def sampling_generator(seed: int, iteration: int, salt: str) -> torch.Generator:
     return g
 
 
-def rollout_metrics(rows: list[dict]) -> dict:
-    rewards = np.array([r["reward"] for r in rows], dtype=np.float64)
-    solved = [r["solved"] for r in rows if r["solved"] is not None]
+def rollout_metrics(rows: list[TrajectoryRow]) -> dict:
+    rewards = np.array([r.reward for r in rows], dtype=np.float64)
+    solved = [r.solved for r in rows if r.solved is not None]
     by_group: dict[str, list[float]] = {}
     for r in rows:
-        if not math.isnan(r["reward"]):
-            by_group.setdefault(r["group_id"], []).append(r["reward"])
+        if not math.isnan(r.reward):
+            by_group.setdefault(r.group_id, []).append(r.reward)
     informative = [outcome.informative(v) for v in by_group.values()]
     return {
         "rollout/count": len(rows),
         "rollout/mean_reward": float(np.nanmean(rewards)) if len(rows) and not np.isnan(rewards).all() else math.nan,
         "rollout/pass_rate": float(np.mean(solved)) if solved else math.nan,
-        "rollout/infra_errors": int(sum(r["infra_error"] for r in rows)),
-        "rollout/hack_flags": int(sum(bool(r["hack_flags"]) for r in rows)),
+        "rollout/infra_errors": int(sum(r.infra_error for r in rows)),
+        "rollout/hack_flags": int(sum(bool(r.hack_flags) for r in rows)),
         "rollout/informative_groups": float(np.mean(informative)) if informative else math.nan,
     }
 

@@ -40,6 +40,7 @@ from gateway.openai_api import GatewayError
 from gateway.records import EpisodeLog
 from gateway.rows import episode_rows
 from storage.fs import atomic_write_bytes, locate
+from storage.schema import TrajectoryRow
 from tasks.record import Task
 
 SUFFIX = "-gateway"  # the store's run folder of the gateway's rows: <run_id>-gateway
@@ -186,7 +187,7 @@ class Episodes:
         # the whole episode in one shard (a take is by episode), under the version that began
         # it: a gateway that follows new versions may have answered its later turns with newer
         first = min(int(t["policy_version"]) for t in turns)
-        rows = [{**r, **graded_columns(ep, grade, info)}
+        rows = [r.replace(**graded_columns(ep, grade, info))
                 for r in episode_rows(turns, self.tok, Path(self.run_dir).name, first,
                                       self.cfg.hash())]
         path = self._write(rows, first)
@@ -197,7 +198,7 @@ class Episodes:
                 "test_outcomes": list(grade.test_outcomes) if grade else [],
                 "end_reason": info.get("end_reason"), "rows": len(rows), "written": path}
 
-    def _write(self, rows: list[dict], version: int) -> str:
+    def _write(self, rows: list[TrajectoryRow], version: int) -> str:
         """The episode's rows as the next shard of iteration `version` (taken under a lock
         other gateways on this run take too: storage/trajectories.py `append_shard`)."""
         from storage import trajectories  # noqa: PLC0415

@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from storage.schema import TrajectoryRow
 from training.episodes import EpisodeTokens
 
 
@@ -99,31 +100,36 @@ def build_chains(turns: list[dict], tok) -> list[_Chain]:
 
 
 def episode_rows(turns: list[dict], tok, run_id: str, iteration: int = 0,
-                 config_hash: str | None = None) -> list[dict]:
-    """Trajectory rows (storage/schema.py columns) of one episode's turn records; `tok` is the
-    policy's tokenizer (flows/sampler.py `policy_tokenizer`), for the rows' text only."""
+                 config_hash: str | None = None) -> list[TrajectoryRow]:
+    """Trajectory rows of one episode's turn records, ungraded (gateway/play.py
+    `graded_columns` fills what the kind's grade says); `tok` is the policy's tokenizer
+    (flows/sampler.py `policy_tokenizer`), for the rows' text only."""
     if not turns:
         return []
     episode = turns[0]["episode_id"]
     rows = []
     for i, ch in enumerate(build_chains(turns, tok)):
         multi = len(ch.actions) > 1
-        rows.append({
-            "run_id": run_id, "iteration": iteration, "policy_version": ch.version,
-            "task_id": f"gateway:{episode}", "suite": "gateway", "family": "gateway",
-            "difficulty": 0, "split": "train", "source": "gateway", "kind": "gateway",
-            "sample_index": i, "group_id": f"gateway:{episode}",
-            "prompt": tok.decode(ch.tokens.prompt_ids), "completion": "".join(ch.texts),
-            "prompt_token_ids": ch.tokens.prompt_ids, "completion_token_ids": ch.tokens.ids,
-            "sampling_logprobs": ch.tokens.logprobs,
-            "completion_mask": ch.tokens.mask if multi else None,
-            "reward": None, "reward_components": {}, "advantage": None,
-            "test_outcomes": [], "test_names": [], "hack_flags": [],
-            "status": "not_graded", "infra_error": False,
-            "gen_time_s": float(sum(ch.seconds)), "config_hash": config_hash,
-            "episode_id": episode, "turns": len(ch.actions), "end_reason": ch.end_reason,
-            "turn_seconds": ch.seconds if multi else None,
-            "turn_actions": ch.actions if multi else None,
-            "turn_observations": ch.observations if multi else None,
-        })
+        rows.append(TrajectoryRow(
+            run_id=run_id, iteration=iteration, policy_version=ch.version,
+            task_id=f"gateway:{episode}", suite="gateway", family="gateway",
+            difficulty=0, split="train", source="gateway", kind="gateway",
+            sample_index=i, group_id=f"gateway:{episode}",
+            prompt=tok.decode(ch.tokens.prompt_ids), completion="".join(ch.texts),
+            prompt_token_ids=ch.tokens.prompt_ids, completion_token_ids=ch.tokens.ids,
+            sampling_logprobs=ch.tokens.logprobs,
+            completion_mask=ch.tokens.mask if multi else None,
+            reward=None, reward_components={}, advantage=None, pass_fraction=None,
+            tests_passed=None, tests_total=None, test_outcomes=[], test_names=[],
+            status="not_graded", error_type=None, hack_flags=[], infra_error=False,
+            solved=None, sandbox_backend=None, image_digest=None,
+            gen_time_s=float(sum(ch.seconds)), exec_time_s=None, score_time_s=None,
+            config_hash=config_hash, episode_id=episode, turns=len(ch.actions),
+            end_reason=ch.end_reason,
+            turn_seconds=ch.seconds if multi else None,
+            turn_actions=ch.actions if multi else None,
+            turn_observations=ch.observations if multi else None,
+            shaping_reward=None, answer_executed=None, tool_calls=None,
+            turn_progress=None, turn_advantages=None,
+        ))
     return rows

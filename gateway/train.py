@@ -23,15 +23,13 @@ from collections.abc import Iterable
 
 from flows.config import RunConfig
 from gateway.play import store_dir
-
-_ARRAYS = ("prompt_token_ids", "completion_token_ids", "sampling_logprobs", "completion_mask")
-
+from storage.schema import TrajectoryRow
 
 def graded_rows(cfg: RunConfig, versions: Iterable[int],
-                episodes: set[str] | None = None) -> list[dict]:
+                episodes: set[str] | None = None) -> list[TrajectoryRow]:
     """The gateway's stored rows sampled by any of `versions` (of `episodes` only, where
-    given) as the loop's rows are (plain lists), each with its advantage among the rows
-    returned: a group (a task) is compared over every version taken."""
+    given), each with its advantage among the rows returned: a group (a task) is compared over
+    every version taken. Turn credit is the loop's own (its episodes' test runs): none here."""
     import numpy as np  # noqa: PLC0415
 
     from rewards.advantages import advantages_for  # noqa: PLC0415
@@ -39,19 +37,16 @@ def graded_rows(cfg: RunConfig, versions: Iterable[int],
 
     where = store_dir(cfg)
     written = set(trajectories.iterations_written(where))
-    rows: list[dict] = []
+    rows: list[TrajectoryRow] = []
     for v in sorted(set(versions) & written):
-        for r in trajectories.read_trajectories(where, v).to_dict("records"):
-            if episodes is None or r["episode_id"] in episodes:
-                rows.append({**r, **{k: None if r[k] is None else np.asarray(r[k]).tolist()
-                                     for k in _ARRAYS}, "turn_advantages": None})
-    if rows:
-        adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages,
-                             np.array([r["reward"] for r in rows], dtype=np.float64),
-                             np.array([r["group_id"] for r in rows]))
-        for r, a in zip(rows, adv):
-            r["advantage"] = float(a)
-    return rows
+        rows += [r.replace(turn_advantages=None) for r in trajectories.read_rows(where, v)
+                 if episodes is None or r.episode_id in episodes]
+    if not rows:
+        return []
+    adv = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages,
+                         np.array([r.reward for r in rows], dtype=np.float64),
+                         np.array([r.group_id for r in rows]))
+    return [r.replace(advantage=float(a)) for r, a in zip(rows, adv)]
 
 
 def gateway_samples(cfg: RunConfig, version: int) -> list:
@@ -77,7 +72,7 @@ def train_on_gateway(cfg: RunConfig, version: int) -> dict:
             "gateway/informative": sum(s.advantage != 0.0 for s in samples)}
 
 
-def loop_rows(cfg: RunConfig, iteration: int, version: int) -> list[dict]:
+def loop_rows(cfg: RunConfig, iteration: int, version: int) -> list[TrajectoryRow]:
     """The gateway rows the loop's iteration `iteration`, sampling with `version`, trains on
     (module docstring): its recorded take, or, at its first call, the episodes of versions
     `version - rl.gateway_max_lag` .. `version` in the store now that no earlier iteration

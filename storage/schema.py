@@ -26,6 +26,7 @@ never remove or retype a column, readers fill columns that an older file lacks w
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,8 +69,9 @@ class TrajectoryRow:
     out (a column the builder forgets or misspells is a TypeError where the row is built, not
     a silent null). Each field declares its column (`column`): the schema is derived from this
     record, and a test holds each annotation to its column's nullability and kind of value.
-    `as_dict()` is what the loop passes on (a stage's inputs and results, rows_to_table). NaN
-    in a float column: could not be scored."""
+    The record itself is what the loop passes on (a stage's inputs and results, the update's
+    samples); `rows_to_table` takes it as it is, `from_record` makes one of a row read back
+    from the store. NaN in a float column: could not be scored."""
 
     run_id: str = column(pa.string(), "run that produced the rollout", True)
     iteration: int = column(pa.int64(),
@@ -165,8 +167,31 @@ class TrajectoryRow:
         list element by element)."""
         return {name: getattr(self, name) for name in _ROW_COLUMNS}
 
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> "TrajectoryRow":
+        """The row of a record read back from the store as Arrow gives it (storage/
+        trajectories.py `read_rows`): the writer's columns dropped, a map from its (key,
+        value) pairs, a null reward or advantage as NaN (could not be scored, as the builder
+        wrote it). A column the record lacks is a TypeError naming it."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            if f.name in record:
+                v = record[f.name]
+                if v is None and f.name in _NAN_WHEN_NULL:
+                    v = math.nan
+                elif isinstance(v, list) and pa.types.is_map(f.metadata["column"][0]):
+                    v = dict(v)
+                out[f.name] = v
+        return cls(**out)
+
+    def replace(self, **columns: Any) -> "TrajectoryRow":
+        """A copy with `columns` changed (an unknown name is a TypeError)."""
+        return dataclasses.replace(self, **columns)
+
+
 
 _ROW_COLUMNS = tuple(f.name for f in dataclasses.fields(TrajectoryRow))
+_NAN_WHEN_NULL = ("reward", "advantage")  # the store keeps NaN (not scored) as null
 
 # The columns the writer fills (rows_to_table), never a row's builder, each with the column it
 # comes after (None: first).
@@ -304,14 +329,16 @@ def _check_required(name: str, arr: pa.Array | pa.ChunkedArray, field: pa.Field)
         raise ValueError(f"column {name!r} is required but is missing/None in row {first}")
 
 
-def rows_to_table(rows: Iterable[Mapping[str, Any]], iteration: int, shard: int) -> pa.Table:
-    """Rows (dicts keyed by column name) -> a table in FILE_SCHEMA. Missing optional keys are
-    null; an unknown key, a missing required key or a value of the wrong type raises ValueError
-    naming the column."""
-    rows = list(rows)
+def rows_to_table(rows: Iterable[TrajectoryRow | Mapping[str, Any]], iteration: int,
+                  shard: int) -> pa.Table:
+    """Rows (`TrajectoryRow`s, or dicts keyed by column name) -> a table in FILE_SCHEMA. A
+    dict's missing optional keys are null; an unknown key, a missing required key or a value
+    of the wrong type raises ValueError naming the column."""
+    rows = [r.as_dict() if isinstance(r, TrajectoryRow) else r for r in rows]
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping):
-            raise ValueError(f"row {i}: expected a dict of column -> value, got {type(r).__name__}")
+            raise ValueError(f"row {i}: expected a TrajectoryRow or a dict of column -> value, "
+                             f"got {type(r).__name__}")
     keys: set[str] = set().union(*(r.keys() for r in rows)) if rows else set()
     columns = {k: [r.get(k) for r in rows] for k in keys}
     return _conform(columns, len(rows), iteration, shard)

@@ -36,11 +36,14 @@ from storage import manifest
 from storage.fs import Location, atomic_write, locate
 from storage.manifest import ShardFile
 from storage.schema import (FILE_SCHEMA, PARTITION_SCHEMA, SCHEMA_VERSION, TRAJECTORY_SCHEMA,
-                            rows_to_table, table_to_file_table)
+                            TrajectoryRow, rows_to_table, table_to_file_table)
+
+Row = TrajectoryRow | dict  # a builder's record, or an analyst's dict of column -> value
 
 __all__ = ["SCHEMA_VERSION", "TRAJECTORY_SCHEMA", "write_shard", "write_shard_table",
-           "write_iteration", "drop_shards_from", "read_trajectories", "shards_written", "compact",
-           "live_files", "iterations_written", "open_dataset", "CompactionResult"]
+           "write_iteration", "drop_shards_from", "read_trajectories", "read_rows",
+           "shards_written", "compact", "live_files", "iterations_written", "open_dataset",
+           "CompactionResult"]
 
 ROW_GROUP_SIZE = 128 * 1024
 COMPRESSION = "zstd"
@@ -113,8 +116,8 @@ def write_shard_table(run_dir: str, iteration: int, shard: int, table: pa.Table)
     return _write_conformed(_run(run_dir), iteration, shard, file_table)
 
 
-def write_shard(run_dir: str, iteration: int, shard: int, rows: list[dict]) -> str:
-    """Rows (dicts) -> one shard; see write_shard_table. Missing optional keys are null; an
+def write_shard(run_dir: str, iteration: int, shard: int, rows: list[Row]) -> str:
+    """Rows -> one shard; see write_shard_table. A dict's missing optional keys are null; an
     unknown key or a value of the wrong type raises ValueError naming the column."""
     _check_index("iteration", iteration)
     _check_index("shard", shard)
@@ -122,7 +125,7 @@ def write_shard(run_dir: str, iteration: int, shard: int, rows: list[dict]) -> s
     return _write_conformed(_run(run_dir), iteration, shard, file_table)
 
 
-def append_shard(run_dir: str, iteration: int, rows: list[dict]) -> str:
+def append_shard(run_dir: str, iteration: int, rows: list[Row]) -> str:
     """`rows` as the next shard of `iteration`, for a writer that adds to an iteration a batch
     at a time (the gateway, an episode a shard). The number is taken and the shard written
     under an exclusive lock that every process appending to this run takes, so two writers
@@ -177,7 +180,7 @@ def _split_around(f: ShardFile, shard: int, iteration: int, gen: int) -> list[Sh
     return out
 
 
-def write_iteration(run_dir: str, iteration: int, rows_per_shard: list[list[dict]]) -> list[str]:
+def write_iteration(run_dir: str, iteration: int, rows_per_shard: list[list[Row]]) -> list[str]:
     """Make `rows_per_shard` (shard k = element k) the whole content of `iteration`, replacing
     any earlier attempt in one switch: readers see the old attempt or this one, never rows of
     both, and a crash at any step leaves one of the two. Every row is checked before anything is
@@ -278,6 +281,14 @@ def read_trajectories(run_dir: str, iteration: int | None = None) -> pd.DataFram
     `solved` is filled for rows written before schema version 4 (rewards/outcome.py)."""
     return fill_solved(retrying(lambda: open_dataset(run_dir, iteration).to_table().to_pandas(),
                                 f"reading {run_dir}"))
+
+
+def read_rows(run_dir: str, iteration: int | None = None) -> list[TrajectoryRow]:
+    """The rows of the run (or of one iteration) as the loop's records, in
+    `read_trajectories`' order: what a stage reads back to train on (the gateway's graded
+    rows). As stored: `solved` stays null on rows written before schema version 4."""
+    table = retrying(lambda: open_dataset(run_dir, iteration).to_table(), f"reading {run_dir}")
+    return [TrajectoryRow.from_record(r) for r in table.to_pylist()]
 
 
 def _remove_stale_temporaries(folder: Location, older_than_s: float) -> int:

@@ -111,7 +111,7 @@ def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
                                              for c, e in zip(ctx, es)], 0.0),
                lambda turn, items: step_local(items, cfg.sandbox, cfg.rewards))
     rows = episode_rows(cfg, 0, 0, eps, 2, cfg.hash())
-    assert [r["advantage"] > 0 for r in rows] == [True, False]
+    assert [r.advantage > 0 for r in rows] == [True, False]
     out = update_policy.fn(cfg, 0, 0, rows)
     assert out["train/sequences"] == 2
     assert checkpoints.exists(cfg.run_dir, 1)

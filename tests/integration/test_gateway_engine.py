@@ -71,10 +71,10 @@ def test_the_engines_answers_are_recorded_token_for_token(served, monkeypatch):
         assert [c.logprobs.token_logprobs for c in resp.choices] == [list(c.logprobs)
                                                                      for c in sampled]
     rows = episode_rows(turns, gw.tok, "tiny")
-    conv = next(r for r in rows if r["turns"] == 2)  # choice 0 continued; 1 and 2 are branches
+    conv = next(r for r in rows if r.turns == 2)  # choice 0 continued; 1 and 2 are branches
     s2 = list(calls[1][0].token_ids)
-    assert conv["completion_token_ids"] == s1 + obs + s2
-    assert conv["sampling_logprobs"] == list(calls[0][0].logprobs) + [0.0] * len(obs) + list(
+    assert conv.completion_token_ids == s1 + obs + s2
+    assert conv.sampling_logprobs == list(calls[0][0].logprobs) + [0.0] * len(obs) + list(
         calls[1][0].logprobs)
-    assert conv["completion_mask"] == [1] * len(s1) + [0] * len(obs) + [1] * len(s2)
+    assert conv.completion_mask == [1] * len(s1) + [0] * len(obs) + [1] * len(s2)
     assert len(rows) == 3

@@ -23,7 +23,7 @@ from gateway.play import Episodes, store_dir
 from gateway.records import EpisodeLog
 from gateway.server import Served
 from storage import registry
-from storage.trajectories import read_trajectories
+from storage.trajectories import read_rows, read_trajectories
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,8 +84,8 @@ def test_the_loop_trains_on_the_episodes_an_agent_played_through_the_gateway(tmp
     m = registry.read_metrics(cfg.run_dir).set_index("iteration")
     assert m.loc[1, "gateway/episodes_taken"] == 4
     assert m.loc[1, "gateway/rows_trained"] == len(played)
-    own = read_trajectories(cfg.run_dir, 1)
-    own_kept = int(train_row_mask(own.to_dict("records")).sum())  # dynamic sampling's
+    own = read_rows(cfg.run_dir, 1)
+    own_kept = int(train_row_mask(own).sum())  # dynamic sampling's
     assert m.loc[1, "train/sequences"] == own_kept + len(played)
     # v0's rows, trained from v1, are the update's stale samples (importance-weighted)
     assert m.loc[1, "train/stale_samples"] == len(played)
@@ -95,4 +95,4 @@ def test_the_loop_trains_on_the_episodes_an_agent_played_through_the_gateway(tmp
     assert take[1]["episodes"] == sorted(played["episode_id"].unique())
     assert take[1]["versions"] == [0, 1]
     # the gateway's rows stay in their own store; the loop's iteration holds its own only
-    assert set(own["run_id"]) == {cfg.run_id}
+    assert {r.run_id for r in own} == {cfg.run_id}

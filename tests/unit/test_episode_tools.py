@@ -107,12 +107,12 @@ def test_tools_episodes_run_through_the_kinds_own_code_and_train_on_the_drawn_to
     assert m["episode/tool_valid_rate"] == 1.0 and m["episode/chat_prefix_stable"] == 1.0
     rows = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())
     assert rows_to_table(rows, 0, 0).num_rows == len(eps)
-    assert all(r["completion_mask"] == e.tokens.mask for r, e in zip(rows, eps))
+    assert all(r.completion_mask == e.tokens.mask for r, e in zip(rows, eps))
     for r in rows:  # each call's outcome; run_tests carries the visible counts it saw fail
-        assert [(c["turn"], c["name"], c["status"]) for c in r["tool_calls"]] == [
+        assert [(c["turn"], c["name"], c["status"]) for c in r.tool_calls] == [
             (1, "write_file", "ran"), (1, "run_tests", "ran"), (2, "write_file", "ran"),
             (2, "submit", "ran")]
-        seen = r["tool_calls"][1]
+        seen = r.tool_calls[1]
         assert 0 <= seen["tests_passed"] < seen["tests_total"]
 
 
@@ -124,7 +124,7 @@ def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(c
     assert e.state.history[0]["action"] == "malformed"
     assert "tool calls cannot run" in e.observations[0] and "not valid JSON" in e.observations[0]
     assert e.malformed_calls == 1 and e.final["end_reason"] == "submit"
-    first = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]["tool_calls"][0]
+    first = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0].tool_calls[0]
     assert (first["turn"], first["name"], first["status"]) == (1, "write_file", "malformed")
     assert "not valid JSON" in first["detail"]
     assert episode_metrics(eps)["episode/tool_valid_rate"] == pytest.approx(1 - 1 / e.tool_calls)

@@ -65,14 +65,14 @@ def test_ops_through_tools_solves_after_a_malformed_call_and_the_row_keeps_each_
     assert "not valid JSON" in tok.tok.decode(env_ids) and "<tool_response>" in tok.tok.decode(env_ids)
     assert e.chat.check().equal
     row = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
-    assert row["completion_mask"] == t.mask and row["turns"] == 2
+    assert row.completion_mask == t.mask and row.turns == 2
     n = len(task.payload["probes"]) + 1  # each probe and idempotence
-    assert row["tool_calls"] == [
+    assert row.tool_calls == [
         {"turn": 1, "name": "shell", "status": "malformed", "tests_passed": None,
-         "tests_total": None, "detail": row["tool_calls"][0]["detail"]},
+         "tests_total": None, "detail": row.tool_calls[0]["detail"]},
         {"turn": 2, "name": "shell", "status": "ran", "detail": "", "tests_passed": n,
          "tests_total": n}]
-    assert "not valid JSON" in row["tool_calls"][0]["detail"]
+    assert "not valid JSON" in row.tool_calls[0]["detail"]
     stored = rows_to_table([row], 0, 0)  # noqa: F841 (read by DuckDB below)
     got = duckdb.sql("SELECT c.turn, c.status, c.tests_passed FROM "
                      "(SELECT UNNEST(tool_calls) AS c FROM stored) ORDER BY c.turn").fetchall()
@@ -91,8 +91,8 @@ def test_ops_through_tools_grades_the_empty_script_when_the_last_turn_has_no_val
     e = eps[0]
     assert e.final["end_reason"] == "max_turns" and e.grade.reward == 0 and not e.grade.solved
     row = episode_rows(cfg, 0, 0, eps, 1, cfg.hash())[0]
-    assert [c["status"] for c in row["tool_calls"]] == ["malformed"]
-    assert row["completion_mask"] == [1] * len(e.tokens.ids)  # one turn: all sampled
+    assert [c["status"] for c in row.tool_calls] == ["malformed"]
+    assert row.completion_mask == [1] * len(e.tokens.ids)  # one turn: all sampled
     assert episode_metrics(eps)["episode/tool_valid_rate"] == 0.0
 
 

@@ -156,12 +156,12 @@ def test_dropped_groups_are_the_uniform_ones_and_refills_continue_the_numbering(
     tasks, eps = executed_group
     assert eps[0].grade.solved and not eps[2].grade.solved
     rows = episode_rows(cfg, 0, 0, eps, 4, cfg.hash(), group_offset=3)
-    assert [r["group_id"] for r in rows] == ["0:3"] * 4 + ["0:4"] * 4
+    assert [r.group_id for r in rows] == ["0:3"] * 4 + ["0:4"] * 4
     keep = stages.informative_row_mask(rows)
     assert keep.tolist() == [True] * 4 + [False] * 4
     # the dropped group carried no learning signal anyway: its GRPO advantages are all 0
-    assert all(r["advantage"] == 0.0 for r in rows[4:])
-    assert rows[0]["advantage"] > 0 > rows[2]["advantage"]
+    assert all(r.advantage == 0.0 for r in rows[4:])
+    assert rows[0].advantage > 0 > rows[2].advantage
     m = stages.rollout_metrics(rows)
     assert m["rollout/informative_groups"] == 0.5
 

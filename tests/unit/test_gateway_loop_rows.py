@@ -43,7 +43,7 @@ def _episode(cfg, version: int, task: str, reward: float, rows: int = 1) -> str:
 
 
 def _episodes(rows) -> set[str]:
-    return {r["episode_id"] for r in rows}
+    return {r.episode_id for r in rows}
 
 
 def test_an_iteration_takes_its_window_once_and_keeps_its_take(tmp_path):
@@ -61,7 +61,7 @@ def test_an_iteration_takes_its_window_once_and_keeps_its_take(tmp_path):
     added = _episode(cfg, 1, "b", 0.0)  # a client plays on after iteration 1 took its rows
     again = loop_rows(cfg, 1, 1)  # iteration 1 retried or resumed: the same rows, no more
     assert _episodes(again) == v1
-    assert [r["sample_index"] for r in again] == [r["sample_index"] for r in taken]
+    assert [r.sample_index for r in again] == [r.sample_index for r in taken]
     assert _episodes(loop_rows(cfg, 2, 2)) == {added}  # versions 1, 2, less what 1 took
     assert _episodes(loop_rows(cfg, 3, 3)) == {later}
     takes = registry.gateway_takes(cfg.run_dir)
@@ -85,16 +85,16 @@ def test_the_rows_take_group_advantages_per_task_over_what_was_taken(tmp_path):
     _episode(cfg, 0, "b", math.nan)  # not scored: advantage 0, as in the loop
     _episode(cfg, 0, "c", 1.0)  # a group of one: advantage 0
     rows = loop_rows(cfg, 0, 0)
-    rewards = np.array([r["reward"] for r in rows], dtype=np.float64)
-    groups = np.array([r["group_id"] for r in rows])
+    rewards = np.array([r.reward for r in rows], dtype=np.float64)
+    groups = np.array([r.group_id for r in rows])
     want = advantages_for(cfg.rl.algorithm, cfg.rl.scale_advantages, rewards, groups)
-    assert [r["advantage"] for r in rows] == pytest.approx(list(want))
-    by_group = {g: sorted(r["advantage"] for r in rows if r["group_id"] == g) for g in groups}
+    assert [r.advantage for r in rows] == pytest.approx(list(want))
+    by_group = {g: sorted(r.advantage for r in rows if r.group_id == g) for g in groups}
     assert by_group["gateway:a"][0] < 0 < by_group["gateway:a"][-1]
     assert by_group["gateway:b"] == [0.0] and by_group["gateway:c"] == [0.0]
     samples = rl_samples(cfg, rows)  # the loop's update takes them as it takes its own
-    assert [s.completion_ids for s in samples] == [r["completion_token_ids"] for r in rows]
-    assert all(isinstance(r["prompt_token_ids"], list) and r["turn_advantages"] is None
+    assert [s.completion_ids for s in samples] == [r.completion_token_ids for r in rows]
+    assert all(isinstance(r.prompt_token_ids, list) and r.turn_advantages is None
                for r in rows)
 
 

@@ -145,7 +145,7 @@ def test_per_episode_rows_equal_the_synchronous_rows_when_the_sampler_is_determi
         keep = ("task_id", "sample_index", "episode_id", "prompt_token_ids",
                 "completion_token_ids", "sampling_logprobs", "completion_mask", "completion",
                 "turns", "turn_actions", "turn_observations", "end_reason")
-        return [{k: r[k] for k in keep} for r in episode_rows(cfg, 0, 0, eps, 2, cfg.hash())]
+        return [{k: getattr(r, k) for k in keep} for r in episode_rows(cfg, 0, 0, eps, 2, cfg.hash())]
 
     sync, each = rows("synchronous"), rows("per_episode")
     assert len(each) == 12 and each == sync

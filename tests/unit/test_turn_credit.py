@@ -14,6 +14,7 @@ import pytest
 
 from flows.stages import informative_row_mask, train_row_mask
 from rewards.advantages import advantages_for, progress_potentials, turn_advantages
+from row_factory import make_row
 from training.episodes import policy_runs, token_values
 
 # Turn 1 (state 0): "test" runs the visible tests, which pass (progress 1.0), and the episode
@@ -45,13 +46,13 @@ def _expected_update(theta, credit, mask_fn=None, scale=True):
         p = math.prod(pi[s, a] for turns, _, _ in pair for s, a in turns)
         rewards = np.array([r for _, _, r in pair])
         adv = advantages_for("grpo", scale, rewards, np.array([0, 0]))
-        rows = [{"reward": r, "group_id": "0:0", "turn_advantages": credit(a, prog)}
+        rows = [make_row(reward=r, group_id="0:0", turn_advantages=credit(a, prog))
                 for a, (_, prog, r) in zip(adv, pair)]
         keep = np.ones(2, bool) if mask_fn is None else mask_fn(rows)
         for (turns, _, _), row, k in zip(pair, rows, keep):
             if not k:
                 continue
-            for (s, a), at in zip(turns, row["turn_advantages"]):
+            for (s, a), at in zip(turns, row.turn_advantages):
                 g = -pi[s].copy()
                 g[a] += 1.0  # grad of log softmax at (s, a)
                 grad[s] += p * at * g
