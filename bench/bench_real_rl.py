@@ -73,7 +73,7 @@ def run_seeds(seeds: list[int], out: Path, sets: list[str], jobs: int) -> dict[i
 
 
 def evaluate(run_dir: Path, sets: list[str], version: int) -> dict:
-    from flows.iteration import pass_rates_on  # noqa: PLC0415
+    from flows.rounds import pass_rates_on  # noqa: PLC0415
     from flows.stages import heldout_tasks  # noqa: PLC0415
 
     cfg = load_config(CONFIG, [*sets, f"run_id={run_dir.name}", f"out_dir={run_dir.parent}"])

@@ -144,7 +144,7 @@ def _at(cfg, run_dir: Path):
 def evaluate_version(cfg, run_dir: Path, version: int, samples: int | None = None) -> dict:
     """The flow's held-out evaluation of `run_dir`'s `version`; `samples`: sampled completions
     per held-out task instead of the run's `tasks.heldout_samples`."""
-    from flows.iteration import pass_rates_on
+    from flows.rounds import pass_rates_on
     from flows.stages import heldout_tasks
 
     if samples:
@@ -156,7 +156,7 @@ def evaluate_version(cfg, run_dir: Path, version: int, samples: int | None = Non
 def evaluate_trained(cfg, run_dir: Path, version: int) -> dict:
     """Pass rates on the verification-only families' *training-split* tasks: the ones the RL
     arm was rewarded on (never shown a solution), and that no reference exists to imitate."""
-    from flows.iteration import pass_rates_on
+    from flows.rounds import pass_rates_on
 
     tasks = [t for t in task_pool(cfg) if t.split == "train" and FAMILIES[t.family].verify_only]
     return pass_rates_on(_at(cfg, run_dir), version, tasks, "trained") if tasks else {}

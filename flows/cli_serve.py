@@ -58,7 +58,8 @@ def build_deployments(args: argparse.Namespace) -> list:
     """The RunnerDeployments (not yet registered)."""
     from prefect.types.entrypoint import EntrypointType
 
-    from flows.iteration import CODE_VERSION, evaluate_flow, resolve_config, train_flow
+    from flows.iteration import CODE_VERSION, resolve_config, train_flow
+    from flows.rounds import evaluate_flow
 
     overrides = list(getattr(args, "overrides", []) or [])
     cfg = resolve_config(config_file=args.config, run_id=args.run_id, overrides=overrides)

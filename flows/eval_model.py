@@ -1,5 +1,5 @@
 """`rollforge eval --model`: a policy generates on any sources through the loop's own path
-(flows.iteration.Play: the `sample_completions` stage on `sampling.engine`, then the
+(flows.rounds.Play: the `sample_completions` stage on `sampling.engine`, then the
 `run_rollouts` shards that step and grade each episode in the sandbox on the Dask cluster), n
 samples a task sampled plus one greedy, written chunk by chunk to the store's evaluations table
 (storage/evaluations.py).
@@ -31,7 +31,7 @@ from flows.config import (ConfigError, load_config, parse_override, task_sources
                           validate_config)
 # one override rule, one error format and one length check for run and eval
 from flows.config import RunConfig, check_prompts_fit, format_errors, set_dotted
-from flows.iteration import Play  # the loop's round of episodes, reused
+from flows.rounds import Play  # the loop's round of episodes, reused
 from flows.staging import CODE_VERSION
 from storage import evaluations, registry
 from training import checkpoints

@@ -6,48 +6,44 @@ write_trajectories -> update_policy -> checkpoint.
 
 The stages are Prefect tasks with explicit cache keys and persisted results (flows/pipeline.py),
 so a run killed mid-iteration resumes, in a new process, at the first stage that did not
-finish; iterations already marked done are skipped outright.
+finish; iterations already marked done are skipped outright. A round of episodes plays through
+flows/rounds.py `Play` (which also holds the held-out evaluation); an iteration's log lines are
+flows/iteration_log.py.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
 
 import numpy as np
 
 from prefect import flow, get_run_logger
-from prefect.futures import wait as wait_futures
-from pydantic import Field
 
 from flows import stages
-from flows.artifacts import publish_evaluation, publish_iteration
+from flows.artifacts import publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
-from flows.episode_exec import Stepped, step_deadline_s
-from flows.episodes import BusyClock, Episode, episode_metrics, heldout_metrics, play
+from flows.episode_exec import Stepped
+from flows.episodes import Episode, episode_metrics
+from flows.iteration_log import log_iteration
 from flows.parameters import config_dict, whole_config
 # the stages, also reached as flows.iteration.<stage> (benches, tests)
 from flows.pipeline import (eval_due, phase_label, checkpoint, generate_tasks,  # noqa: F401
                             run_rollouts, sample_completions, score_rollouts, sft_stage,
                             update_policy, write_trajectories)
 from flows.resume import begin_run
-from flows.sampler import (close_engines, engine_metrics, play_options, policy_tokenizer,
-                           preflight)
-from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
-                            total_threads)
-from flows.staging import CODE_VERSION, bulky, call_stage, submit_stage
+from flows.rollouts import close_clients, cluster_description, dask_client, total_threads
+from flows.rounds import Play, evaluate_policy
+from flows.sampler import close_engines, engine_metrics, preflight
+from flows.staging import CODE_VERSION, call_stage, submit_stage
 from flows.stop import second_signal_ends_it
 from gateway.train import loop_rows
 from storage import registry
 from storage.schema import TrajectoryRow
-from tasks.record import Task
 from training import checkpoints
 from training import group as trainer_group
-from training.progress import Progress
 
 FORM_DEFAULT = whole_config()  # train_flow's default config: configs/default.yaml, every field
 
@@ -124,112 +120,6 @@ def train_flow(config: RunConfig = FORM_DEFAULT, config_file: str | None = None,
         close_clients()
     return {"run_dir": cfg.run_dir, "sft": sft, "baseline": baseline, "final": final,
             "iterations": cfg.iterations}
-
-
-class Play:
-    """The stages one round of episodes runs through: the policy's turns in the sample stage,
-    the environment's in rollout shards (one Prefect task each, run in threads) while the
-    scheduler's queue lengths are sampled every quarter second."""
-
-    def __init__(self, cfg: RunConfig, it: int, v: int, rnd: int | str, greedy: bool,
-                 opts: dict, client) -> None:
-        self.cfg, self.it, self.v, self.rnd, self.greedy = cfg, it, v, rnd, greedy
-        self.opts, self.client = opts, client
-        self.queue: list[dict] = []
-        self.stepped: list[Stepped] = []  # steps executed in this stage (not cache hits)
-        # busy seconds of each stage: per-episode turns overlap their calls
-        self.clocks = {"sample": BusyClock(), "run_rollouts": BusyClock()}
-
-    @property
-    def times(self) -> dict[str, float]:
-        return {name: clock.seconds for name, clock in self.clocks.items()}
-
-    def sample_stage(self):
-        """The sample stage with the run's task options. Called from play's threads, where
-        Prefect cannot stop a blocked call (it only warned, once a call), it has no Prefect
-        deadline: an engine request has its own timeout (engine/vllm_sampler.py)."""
-        stage = sample_completions.with_options(**self.opts)
-        if threading.current_thread() is not threading.main_thread():
-            stage.timeout_seconds = None  # with_options reads None as "keep the stage's own"
-        return stage
-
-    def sample_inputs(self, turn: int, k: int, contexts: list[list[int]],
-                      max_new_tokens: int) -> dict:
-        """The sample stage's inputs, by name (its cache key reads them by name), quoted."""
-        return bulky(dict(cfg=self.cfg, iteration=self.it, version=self.v, round_=self.rnd,
-                          turn=turn, k=k, contexts=contexts, max_new_tokens=max_new_tokens,
-                          greedy=self.greedy))
-
-    def sample(self, turn, contexts, _episodes, max_new_tokens, k):
-        with self.clocks["sample"]:
-            return self.sample_stage()(**self.sample_inputs(turn, k, contexts, max_new_tokens))
-
-    def step(self, turn, items):
-        with self.clocks["run_rollouts"]:
-            return self._step(turn, items)
-
-    def _step(self, turn, items):
-        cfg, size = self.cfg, self.cfg.cluster.shard_size
-        runner = run_rollouts.with_options(**self.opts)
-        threads = total_threads(self.client)
-        futures = [runner.submit(**bulky(dict(
-            cfg=cfg, iteration=self.it, version=self.v, round_=self.rnd, shard=k, turn=turn,
-            items=items[i:i + size],
-            deadline_s=step_deadline_s(items[i:i + size], cfg.sandbox, threads))))
-                   for k, i in enumerate(range(0, len(items), size))]
-        sizes = {f: len(items[i:i + size]) for f, i in zip(futures, range(0, len(items), size))}
-        with Progress(f"{phase_label(self.it, self.v, self.rnd, turn)}: rollouts", len(items),
-                      "steps") as shown:
-            while (state := wait_futures(futures, timeout=0.25)).not_done:
-                shown.update(sum(sizes[f] for f in state.done),
-                             shards=f"{len(state.done)}/{len(futures)}")
-                try:
-                    self.queue.append(queue_snapshot(self.client))
-                except Exception:  # a scheduler hiccup must not fail the stage; the sample is lost
-                    pass
-            shown.update(len(items), shards=f"{len(futures)}/{len(futures)}")
-        out = []
-        for f in futures:
-            out += f.result()
-            if f.state.name != "Cached":  # a shard from the cache took no sandbox time now
-                self.stepped += f.result()
-        return out
-
-    def play(self, tasks: list[Task], group: int) -> list[Episode]:
-        cfg = self.cfg
-        tok = policy_tokenizer(cfg.run_dir, self.v)
-        env = stages.env_of(cfg)
-        return play(tasks, [env(t) for t in tasks], group, cfg.policy.max_len, tok,
-                    cfg.sampling.max_new_tokens, self.sample, self.step, **play_options(cfg))
-
-
-def evaluate_policy(cfg: RunConfig, version: int, opts: dict, client,
-                    tasks: list[Task] | None = None, prefix: str = "heldout") -> dict:
-    """Pass rates of one policy version on `tasks` (default: the held-out ones), greedy (1
-    episode per task) and sampled (`tasks.heldout_samples` per task), overall, per family and
-    per source, as `<prefix>/...` metrics."""
-    tasks = stages.heldout_tasks(cfg) if tasks is None else tasks
-    greedy = Play(cfg, version, version, "eval-greedy", True, opts, client).play(tasks, 1)
-    sampled = Play(cfg, version, version, "eval-sampled", False, opts, client).play(
-        tasks, cfg.tasks.heldout_samples)
-    return heldout_metrics(tasks, greedy, sampled, prefix)
-
-
-def pass_rates_on(cfg: RunConfig, version: int, tasks: list[Task], prefix: str) -> dict:
-    """`evaluate_policy` from outside a run's flow (benchmarks), on the run's cluster and
-    result store. It runs as a flow of its own: the evaluation submits Prefect tasks, which
-    need a flow's task runner. Call it under `if __name__ == "__main__":` (the Dask
-    LocalCluster's workers import the caller's main module)."""
-    @flow(name="rollforge-pass-rates", log_prints=True)
-    def pass_rates() -> dict:
-        c = cfg.cluster
-        opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-        try:
-            return evaluate_policy(cfg, version, opts, dask_client(
-                c.address, c.n_workers, c.threads_per_worker), tasks, prefix)
-        finally:
-            close_engines()
-    return pass_rates()
 
 
 def sample_version(cfg: RunConfig, it: int) -> int:
@@ -406,103 +296,8 @@ def finish(cfg: RunConfig, it: int, col: Collected, train: dict, *, opts: dict, 
     ended = time.perf_counter()
     metrics["time/iteration_s"] = ended - t_iter
     call_stage(checkpoint, opts, cfg=cfg, iteration=it, version=it, metrics=metrics)
-    _log_iteration(cfg, it, col, metrics, log)
+    log_iteration(cfg, it, col, metrics, log)
     publish_iteration(cfg, it, metrics, log, baseline)
     return ended
 
 
-def _log_iteration(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
-    """Iteration `it`'s log lines: rewards, groups, the update, off-policy and engine figures."""
-    timings, kept_groups = col.timings, col.kept_groups
-    groups = len(col.rows) // cfg.sampling.group_size
-    msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
-           f"train pass {metrics['rollout/pass_rate']:.3f}")
-    if "episode/turns_mean" in metrics:
-        msg += (f", episode turns {metrics['episode/turns_mean']:.2f}, submitted "
-                f"{metrics['episode/end_submit']:.2f}")
-    if "heldout/pass_sampled" in metrics:
-        msg += (f", held-out pass greedy {metrics['heldout/pass_greedy']:.3f} "
-                f"sampled {metrics['heldout/pass_sampled']:.3f}")
-    log.info(msg + f" ({metrics['time/iteration_s']:.1f}s, {metrics['rollout/per_s']:.0f} rollouts/s)")
-    log.info(f"iteration {it} groups: {kept_groups}/{groups} informative in {col.rounds} "
-             f"round(s), {metrics['curriculum/groups_trained']} trained on; sandbox utilisation "
-             f"{metrics['sandbox/utilisation']:.2f}, scheduler queue max "
-             f"{metrics.get('cluster/queued_max', '-')} queued / "
-             f"{metrics.get('cluster/processing_max', '-')} processing")
-    if "train/peak_mem_mb" in metrics:
-        log.info(_update_line(it, metrics))
-    if cfg.rl.overlap and "train/staleness" in metrics:
-        log.info(f"iteration {it} off-policy: sampled by v{col.sampled_with}, trained from "
-                 f"v{it}; importance weight mean {metrics['train/is_weight_mean']:.3f}, "
-                 f"{metrics['train/is_weight_capped']:.3f} of tokens at the cap; the flow "
-                 f"waited {timings.get('time/update_wait_s', 0.0):.2f}s for the update")
-    _log_gap(cfg, it, col, metrics, log)
-    log.info("iteration %d stage seconds: %s", it, ", ".join(
-        f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
-
-
-def _log_gap(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
-    """The sampler/trainer log-prob gap, a warning over `rl.logprob_gap_warn`."""
-    gap = metrics.get("train/logprob_gap_mean")
-    if gap is not None:
-        line = (f"iteration {it} sampler/trainer log-prob gap: mean {gap:.2e}, max "
-                f"{metrics['train/logprob_gap_max']:.2e}, {metrics['train/logprob_gap_over']:.3f} "
-                f"of tokens over 0.1")
-        if "engine/sync_s" in metrics:
-            how = (" in place" if metrics.get("engine/sync_in_place") else "") + (
-                f" ({metrics['engine/sync_fallbacks']} fallback(s) to a restart)"
-                if metrics.get("engine/sync_fallbacks") else "")
-            line += (f"; engine synced to v{col.sampled_with}{how} in "
-                     f"{metrics['engine/sync_s']:.1f}s, {metrics['engine/restarts']} restart(s)")
-        (log.warning if gap > cfg.rl.logprob_gap_warn else log.info)(
-            line + (f" (over rl.logprob_gap_warn={cfg.rl.logprob_gap_warn}: the sampler and the "
-                    "trainer disagree about the policy)" if gap > cfg.rl.logprob_gap_warn else ""))
-
-
-def _update_line(it: int, m: dict) -> str:
-    """The update's speed and memory, per rank when it ran on several."""
-    n = int(m.get("train/processes", 1))
-    per = (lambda k: "/".join(f"{m.get(f'train/rank{r}/{k}', math.nan):.1f}" for r in range(n))
-           ) if n > 1 else (lambda k: f"{m[f'train/{k}']:.1f}")
-    where = (f" on {int(m['train/group_workers'])} Dask worker(s), "
-             f"{int(m['train/group_hosts'])} host(s)") if m.get("train/group_workers") else ""
-    return (f"iteration {it} update: {n} rank(s){where}, {m['train/tokens_per_s']:.0f} "
-            f"tokens/s; per "
-            f"rank MB: peak {per('peak_mem_mb')}, optimizer state {per('optimizer_mb')}, "
-            f"weights {per('params_mb')}")
-
-
-@flow(name="rollforge-evaluate", log_prints=True)
-def evaluate_flow(run_dir: str = "runs/default",
-                  version: Annotated[int | None, Field(ge=0)] = None) -> dict:
-    """Held-out pass rates of one checkpoint of a run (default: its newest), with the run's
-    own resolved config; publishes them as an artifact.
-
-    Args:
-        run_dir: The run's folder, `out_dir/run_id` of its config (it holds `config.yaml`,
-            whose tasks, sandbox and sampling the evaluation uses, and `checkpoints/`).
-        version: The checkpoint to evaluate (0: the SFT start, i: after iteration i - 1);
-            empty: the newest.
-    """
-    raw = registry.read_run_config(run_dir)
-    p = Path(run_dir)
-    cfg = validate_config({**raw, "out_dir": str(p.parent), "run_id": p.name})
-    if version is None:
-        versions = sorted(int(d.name[1:]) for d in Path(cfg.run_dir, "checkpoints").glob("v[0-9]*")
-                          if checkpoints.exists(cfg.run_dir, int(d.name[1:])))
-        if not versions:
-            raise ValueError(f"run_dir={run_dir!r}: no checkpoint to evaluate")
-        version = versions[-1]
-    elif not checkpoints.exists(cfg.run_dir, version):
-        raise ValueError(f"version={version}: {run_dir} has no checkpoint v{version}")
-    opts = dict(result_storage=Path(cfg.run_dir).resolve() / ".prefect-results")
-    try:
-        c = cfg.cluster
-        client = dask_client(c.address, c.n_workers, c.threads_per_worker)
-        print(cluster_description(client))
-        out = evaluate_policy(cfg, version, opts, client)
-    finally:
-        close_engines()
-        close_clients()
-    publish_evaluation(cfg, version, out, get_run_logger())
-    return {"run_dir": cfg.run_dir, "version": version, **out}

@@ -110,7 +110,7 @@ def test_second_invocation_resumes_instead_of_starting_over(first_run):
 _PASS_RATES = """
 import json, sys
 from flows.config import validate_config
-from flows.iteration import pass_rates_on
+from flows.rounds import pass_rates_on
 from flows.stages import heldout_tasks
 from storage import registry
 
@@ -123,7 +123,7 @@ if __name__ == "__main__":
 
 
 def test_pass_rates_on_outside_the_flow_matches_the_runs_own_evaluation(first_run, tmp_path):
-    """What the benchmarks evaluate a checkpoint with (flows.iteration.pass_rates_on, from a
+    """What the benchmarks evaluate a checkpoint with (flows.rounds.pass_rates_on, from a
     plain script) gives the run's own held-out figures for the same version."""
     out, _ = first_run
     script = tmp_path / "rates.py"

@@ -114,7 +114,8 @@ def test_form_values_are_checked_and_a_partial_config_is_refused_naming_what_is_
     from prefect.exceptions import ParameterTypeError
 
     from flows.config import ConfigError
-    from flows.iteration import FORM_DEFAULT, evaluate_flow, train_flow
+    from flows.iteration import FORM_DEFAULT, train_flow
+    from flows.rounds import evaluate_flow
     from flows.parameters import config_dict
 
     whole = FORM_DEFAULT.model_dump(mode="json")
