@@ -69,7 +69,8 @@ def main() -> int:
     from envs.registry import make_env  # noqa: PLC0415
     from flows.config import load_config  # noqa: PLC0415
     from flows.episode_exec import step_deadline_s, step_many  # noqa: PLC0415
-    from flows.episodes import episode_metrics, play, solved  # noqa: PLC0415
+    from flows.episodes import play, solved  # noqa: PLC0415
+    from flows.scoring import episode_metrics  # noqa: PLC0415
     from flows.scripted import scripted_policy  # noqa: PLC0415
     from flows.iteration import sft_stage  # noqa: PLC0415
     from flows.rollouts import close_clients, dask_client, total_threads  # noqa: PLC0415

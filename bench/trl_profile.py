@@ -51,7 +51,7 @@ ITEMS = [
     ("stage journal lines (journal)", "flows/stages.py", "journal"),
     ("task generation (pick_tasks)", "flows/stages.py", "pick_tasks"),
     ("ledger (ledger_frame)", "flows/stages.py", "ledger_frame"),
-    ("score rows (episode_rows)", "flows/episodes.py", "episode_rows"),
+    ("score rows (episode_rows)", "flows/scoring.py", "episode_rows"),
     ("trajectory write (write_iteration)", "storage/trajectories.py", "write_iteration"),
     ("checkpoint stage (metrics, registry, prune)", "flows/pipeline.py", "checkpoint"),
     ("UI artifacts between iterations (publish_iteration)", "flows/artifacts.py",

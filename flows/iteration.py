@@ -26,7 +26,7 @@ from flows import stages
 from flows.artifacts import publish_iteration
 from flows.config import RunConfig, load_config, parse_override, validate_config
 from flows.episode_exec import Stepped
-from flows.episodes import Episode, episode_metrics
+from flows.episodes import Episode
 from flows.iteration_log import log_iteration
 from flows.parameters import config_dict, whole_config
 # the stages, also reached as flows.iteration.<stage> (benches, tests)
@@ -36,6 +36,7 @@ from flows.pipeline import (eval_due, phase_label, checkpoint, generate_tasks,  
 from flows.resume import begin_run
 from flows.rollouts import close_clients, cluster_description, dask_client, total_threads
 from flows.rounds import Play, evaluate_policy
+from flows.scoring import episode_metrics
 from flows.sampler import close_engines, engine_metrics, preflight
 from flows.staging import CODE_VERSION, call_stage, submit_stage
 from flows.stop import second_signal_ends_it

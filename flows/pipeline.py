@@ -16,8 +16,8 @@ from engine.boundary import SampleRequest, as_samples
 from flows import sampler, stages
 from flows.config import RunConfig
 from flows.episode_exec import Stepped, step_many
-from flows.episodes import episode_rows
 from flows.rollouts import dask_client, launcher_vars
+from flows.scoring import episode_rows
 from flows.staging import has_checkpoint, pipeline_stage
 from flows.warm_start import (agent_demos, dataset_pairs, probe_fn, replayed_tool_demos,
                                tool_demos)

@@ -17,8 +17,9 @@ from flows import stages
 from flows.artifacts import publish_evaluation
 from flows.config import RunConfig, validate_config
 from flows.episode_exec import Stepped, step_deadline_s
-from flows.episodes import BusyClock, Episode, heldout_metrics, play
+from flows.episodes import BusyClock, Episode, play
 from flows.pipeline import phase_label, run_rollouts, sample_completions
+from flows.scoring import heldout_metrics
 from flows.rollouts import (close_clients, cluster_description, dask_client, queue_snapshot,
                             total_threads)
 from flows.sampler import close_engines, play_options, policy_tokenizer

@@ -1,5 +1,5 @@
 """An episode's recorded turns (gateway/records.py) as trajectory rows of the shape rollforge's
-own episodes have (flows/episodes.py `episode_rows`, storage/schema.py), so a conversation any
+own episodes have (flows/scoring.py `episode_rows`, storage/schema.py), so a conversation any
 client held with the policy becomes a row like one of the loop's own.
 
 A client holds the conversation and re-sends it each turn. Where a turn's prompt ids begin with

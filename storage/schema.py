@@ -64,7 +64,7 @@ def column(type_: pa.DataType, doc: str, required: bool = False):
 
 @dataclass(frozen=True)
 class TrajectoryRow:
-    """One row as a builder (flows/episodes.py `episode_rows`) makes it: every column of
+    """One row as a builder (flows/scoring.py `episode_rows`) makes it: every column of
     TRAJECTORY_SCHEMA but WRITER_COLUMNS, in the schema's order, each by name and none left
     out (a column the builder forgets or misspells is a TypeError where the row is built, not
     a silent null). Each field declares its column (`column`): the schema is derived from this

@@ -16,7 +16,8 @@ import torch
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local
-from flows.episodes import episode_metrics, play
+from flows.episodes import play
+from flows.scoring import episode_metrics
 from training import pretrained
 from training.episodes import sample_actions
 

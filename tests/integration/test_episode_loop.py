@@ -90,7 +90,8 @@ def test_grpo_update_trains_on_scripted_episode_rows(run, tmp_path):
     from envs.registry import make_env
     from flows.config import load_config
     from flows.episode_exec import step_local
-    from flows.episodes import episode_rows, play
+    from flows.episodes import play
+    from flows.scoring import episode_rows
     from flows.scripted import scripted_policy
     from flows.iteration import update_policy
     from training import checkpoints

@@ -16,7 +16,8 @@ from envs.registry import make_env
 from envs.repo.scripted import gold_hunks
 from flows.config import load_config
 from flows.episode_exec import step_local
-from flows.episodes import episode_rows, play
+from flows.episodes import play
+from flows.scoring import episode_rows
 from flows.scripted import replay_policy
 from sandbox.config import SandboxConfig
 from storage.schema import rows_to_table

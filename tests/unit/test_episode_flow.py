@@ -12,7 +12,8 @@ from envs.io.procedural import first_attempts, generate_suite
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local
-from flows.episodes import episode_rows, play
+from flows.episodes import play
+from flows.scoring import episode_rows
 from flows.scripted import build_demos, full_function, scripted_policy, write_action
 from storage.schema import rows_to_table
 from training.tokenizer import ByteTokenizer

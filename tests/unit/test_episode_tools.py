@@ -13,7 +13,8 @@ import pytest
 from envs.registry import make_env
 from flows.config import load_config
 from flows.episode_exec import step_local
-from flows.episodes import episode_metrics, episode_rows, play
+from flows.episodes import play
+from flows.scoring import episode_metrics, episode_rows
 from flows.scripted import full_function
 from storage.schema import rows_to_table
 from training.generate import Sample

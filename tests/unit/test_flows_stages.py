@@ -13,7 +13,8 @@ import pytest
 from flows import stages
 from flows.config import load_config
 from flows.episode_exec import Stepped, step_local
-from flows.episodes import Episode, episode_rows, heldout_metrics, play
+from flows.episodes import Episode, play
+from flows.scoring import episode_rows, heldout_metrics
 from storage.trajectories import write_shard
 from tasks.curriculum import DifficultyLedger
 from training.generate import Sample

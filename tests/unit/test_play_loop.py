@@ -13,7 +13,8 @@ import pytest
 from envs.base import Environment
 from flows.config import load_config
 from flows.episode_exec import Stepped
-from flows.episodes import episode_rows, play
+from flows.episodes import play
+from flows.scoring import episode_rows
 from tasks.record import Task
 from training.generate import Sample
 from training.tokenizer import ByteTokenizer
