@@ -2,7 +2,7 @@
 import pytest
 
 from envs.repo.diffs import PatchError, apply_diff, changed_paths, make_diff
-from envs.repo.env import parse_actions
+from envs.repo.actions import parse_actions
 from envs.repo.grading import is_test_path, junit_key, static_flags
 from envs.repo.mutate import mutants
 

@@ -132,7 +132,7 @@ def test_a_body_holding_its_verbs_closing_tag_is_refused_not_cut_short():
 
 
 def test_repo_calls_become_the_repo_kinds_actions_for_its_own_parser():
-    from envs.repo.env import parse_actions
+    from envs.repo.actions import parse_actions
 
     calls = [ToolCall("ls", {}), ToolCall("read", {"path": "pkg/a.py", "start": 3, "end": 9}),
              ToolCall("search", {"pattern": "def f", "path": "pkg"}),
