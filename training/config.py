@@ -2,7 +2,7 @@
 
 Every field added after the first loop is opt-in: its default keeps the loop's original choices
 (byte-level GPT-2, GRPO, `seq_mean`). The step is the mean over the whole iteration's samples,
-zero-advantage ones included, whatever the micro-batch split (training/trainer.py `_units`).
+zero-advantage ones included, whatever the micro-batch split (training/rl_steps.py `_units`).
 """
 from __future__ import annotations
 

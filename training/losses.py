@@ -19,7 +19,7 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
     seq_sum_norm: each sequence's sum over the constant `norm_tokens`, then the mean over
     sequences (Dr.GRPO), which removes GRPO's length bias without DAPO's batch coupling.
     This is the normaliser inside one micro-batch; across the step it covers every sample,
-    zero-advantage ones included (training/trainer.py, the comment above `_units`)."""
+    zero-advantage ones included (training/rl_steps.py, the comment above `_units`)."""
     if how == "token_mean":
         return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
     if how == "seq_sum_norm":

@@ -12,7 +12,7 @@ from training.lora import autocast
 
 def completion_values(logp: torch.Tensor, row: int, s: RLSample) -> list[float]:
     """Row `row` of a [B, T] log-prob tensor at `s`'s completion tokens (the inverse of
-    training.trainer._per_token)."""
+    training.rl_steps._per_token)."""
     start = len(s.prompt_ids) - 1
     n = max(0, min(len(s.completion_ids), logp.shape[1] - start))
     return logp[row, start:start + n].detach().float().tolist()

@@ -226,7 +226,7 @@ def _lrs(sched, n):
 
 
 def test_hold_decay_holds_the_peak_until_the_criterion_then_decays_to_a_tenth():
-    from training.trainer import WarmupHoldDecay  # noqa: PLC0415
+    from training.sft_steps import WarmupHoldDecay  # noqa: PLC0415
 
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     s = WarmupHoldDecay(opt, peak=1.0, warmup=2, decay=4)
