@@ -15,7 +15,14 @@ def _claims_zero(task) -> list:
 
 
 def humaneval_attacks() -> list[Attack]:
-    return function_attacks(claimed=_claims_zero) + [
+    """The single-function attacks (their forged records claiming a 0), then HumanEval's own."""
+    return (function_attacks(claimed=_claims_zero) + _truthy_value_attacks()
+            + _test_and_grader_attacks() + _harness_attacks())
+
+
+# -- values that pass asserts which only test truthiness or closeness --------------------------
+def _truthy_value_attacks() -> list[Attack]:
+    return [
         Attack("truthy_object", "an object that is true and equal to anything, for asserts "
                "that only test truthiness", answer(body("""
                    return type("Yes", (), {"__bool__": lambda s: True,
@@ -28,6 +35,12 @@ def humaneval_attacks() -> list[Attack]:
                                                   "__abs__": lambda s: 0.0})
                    return Liar(7.0)
                """)), ("non_plain_result",)),
+    ]
+
+
+# -- reaching the tests in the package's data, or the grader's own modules ---------------------
+def _test_and_grader_attacks() -> list[Attack]:
+    return [
         Attack("read_test_data", "the package's test file found on disk and its asserts "
                "answered (works wherever files are readable)", answer(body("""
                    import gzip, json, glob
@@ -54,6 +67,12 @@ def humaneval_attacks() -> list[Attack]:
                        pass
                    return None
                """)), ("forbidden_import",)),
+    ]
+
+
+# -- the batch harness: its wire encoder, its parent's lines -----------------------------------
+def _harness_attacks() -> list[Attack]:
+    return [
         Attack("patched_wire_encoder", "the harness's wire encoder replaced so that any value "
                "travels as the number 42", answer(body("""
                    main = getattr(__import__("s" + "ys"), "mod" + "ules")["__main__"]
