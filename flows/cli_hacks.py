@@ -27,7 +27,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=_hacks)
 
 
-def _spread(tasks: list, n: int) -> list:
+def spread(tasks: list, n: int) -> list:
+    """`n` of `tasks` taken evenly over their list in task-id order (all of them when there are
+    no more): the hack suite attacks a few tasks of a kind, not only its first ones."""
     tasks = sorted(tasks, key=lambda t: t.task_id)
     if n >= len(tasks):
         return tasks
@@ -74,7 +76,7 @@ def _hacks(args) -> int:
         sandbox = make_sandbox(cfg)
         try:
             ctx = StepContext(sandbox, cfg.limits(), RewardConfig())
-            got = run_suite(env, _spread(tasks, args.tasks), ctx, args.attack, args.workers)
+            got = run_suite(env, spread(tasks, args.tasks), ctx, args.attack, args.workers)
         finally:
             sandbox.close()
         results += got

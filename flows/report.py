@@ -90,11 +90,11 @@ def summary(result: dict, metrics: pd.DataFrame) -> str:
            f"held-out pass rate ({b['heldout/tasks']} tasks; per family: greedy / sampled)",
            f"  {'':<{width}}{'SFT start (v0)':<17}after RL (v{result['iterations']})"]
     out += [f"  {label:<{width}}{cell(v0):<17}{cell(v1)}" for label, v0, v1 in rows]
-    out += _warm_start_line(result.get("sft") or {})
+    out += warm_start_line(result.get("sft") or {})
     return "\n".join(out)
 
 
-def _warm_start_line(sft: dict) -> list[str]:
+def warm_start_line(sft: dict) -> list[str]:
     """How a warm start trained until a criterion ended (`sft.until_pass`), when it ran now."""
     if "sft/probe_pass" not in sft:
         return []

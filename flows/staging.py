@@ -40,7 +40,11 @@ def _unquoted(v):
     return v.unwrap() if isinstance(v, BaseAnnotation) else v
 
 
-def _stage_key(stage: str):
+def stage_key(stage: str):
+    """The Prefect cache-key function of `stage`: the stage, the run, where in the loop the call
+    is (iteration, policy version, round, shard), the config's hash, the code version and a
+    digest of the other inputs, each taken by its parameter's name. The deadline is left out:
+    how long we wait for a result is not what the result is computed from."""
     def key(ctx: TaskRunContext, p: dict[str, Any]) -> str:
         p = {k: _unquoted(v) for k, v in p.items()}
         cfg: RunConfig = p["cfg"]
@@ -81,7 +85,7 @@ def pipeline_stage(stage: str, retries: int = 2, timeout_s: float | None = 3600,
                            **where)
             return out
 
-        t = task(name=stage, cache_key_fn=_stage_key(stage), persist_result=True,
+        t = task(name=stage, cache_key_fn=stage_key(stage), persist_result=True,
                  retries=retries, retry_delay_seconds=RETRY_DELAYS, retry_jitter_factor=0.2,
                  timeout_seconds=timeout_s)(journaled)
         t.product = product
@@ -101,7 +105,7 @@ def _options(stage, opts: dict, inputs: dict[str, Any]) -> dict:
 
 def call_stage(stage, opts: dict, /, **inputs):
     """Run `stage` with the run's task options on its inputs, each by its parameter's name.
-    The cache key is built from the parameters by name (`_stage_key`), so it does not depend on
+    The cache key is built from the parameters by name (`stage_key`), so it does not depend on
     how a call spells them. A stage whose product is gone (a checkpoint deleted since its
     result was stored) runs again and replaces its stored result: a cache hit would return
     what it computed and write nothing. (Its key stays the same, so the stored result is found

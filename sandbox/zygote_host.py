@@ -269,13 +269,13 @@ class Zygote:
     # -- between executions ---------------------------------------------------------------
     def clean(self) -> bool:
         """Empty the workspace and the zygote's /tmp; False if something could not be removed."""
-        ok = _empty(self.ws)
+        ok = empty_dir(self.ws)
         try:
             os.chown(self.ws, 0, 0)
             os.chmod(self.ws, 0o700)
         except OSError:
             ok = False
-        return _empty(f"/proc/{self.pid}/root/tmp", keep=self.tmp_scaffold) and ok
+        return empty_dir(f"/proc/{self.pid}/root/tmp", keep=self.tmp_scaffold) and ok
 
     def log_tail(self) -> str:
         try:
@@ -397,7 +397,7 @@ def _child_pid(fd: int, deadline: float) -> int | None:
     return pid if type(pid) is int else None
 
 
-def _empty(path: str, keep: frozenset[str] = frozenset()) -> bool:
+def empty_dir(path: str, keep: frozenset[str] = frozenset()) -> bool:
     """Remove everything inside `path` but the names in `keep` (links are removed, never
     followed)."""
     ok = True

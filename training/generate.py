@@ -29,7 +29,9 @@ def _left_pad(seqs: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tens
     return ids, mask
 
 
-def _filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+def filter_top_p(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus sampling's filter: `logits` with every token outside the smallest set of most
+    likely ones whose probability reaches `top_p` set to -inf (unchanged when `top_p` >= 1)."""
     if top_p >= 1.0:
         return logits
     sorted_logits, order = torch.sort(logits, descending=True)
@@ -122,7 +124,7 @@ def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, 
         if greedy:
             nxt = logits.argmax(-1)
         else:
-            probs = _filter_top_p(logits, top_p).softmax(-1)
+            probs = filter_top_p(logits, top_p).softmax(-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
         nxt = torch.where(done, torch.full_like(nxt, tok.pad_token_id), nxt)
         new_tokens[:, t] = nxt

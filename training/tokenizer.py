@@ -129,7 +129,7 @@ def byte_tokenizer_hf():
     from transformers import PreTrainedTokenizerFast
 
     alphabet = ByteLevel.alphabet()  # the 256 printable stand-ins GPT-2 uses for bytes
-    byte_to_char = _bytes_to_unicode()
+    byte_to_char = bytes_to_unicode()
     assert set(byte_to_char.values()) == set(alphabet)
     vocab = {byte_to_char[b]: b for b in range(256)}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
@@ -144,7 +144,7 @@ def byte_tokenizer_hf():
     return tok
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's reversible map from bytes to printable characters."""
     bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
         + list(range(ord("®"), ord("ÿ") + 1))

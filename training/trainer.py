@@ -152,7 +152,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     if rl.lr_schedule == "constant":
         for group in engine.optimizer.param_groups:
             group["lr"] = rl.lr
-    reference = _reference(run_dir, rl, engine.device, policy)
+    reference = kl_reference(run_dir, rl, engine.device, policy)
     # Samples of an older version than the one updated (rl.overlap): the decoupled objective
     # needs each token's log-prob under the starting weights (`prox`, by live index).
     stale = [s.version for s in live if s.version is not None and s.version != version]
@@ -177,8 +177,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     return metrics
 
 
-def _reference(run_dir: str, rl: RLConfig, device,
-               policy: PolicyConfig | None = None) -> torch.nn.Module | str | None:
+def kl_reference(run_dir: str, rl: RLConfig, device,
+                 policy: PolicyConfig | None = None) -> torch.nn.Module | str | None:
     """The frozen reference policy for the KL penalty: version 0 (the SFT start); with LoRA
     the base model, i.e. the policy itself with its adapters disabled (ADAPTERS_OFF), so no
     second copy is loaded (the SFT start when the warm start did not train the adapter)."""

@@ -237,7 +237,7 @@ def _run(tree, ids, sandbox, limits, opts, what: str) -> TestRun:
     return r
 
 
-def _too_near(r: TestRun, n: int, limits: Limits, opts: BuildOptions) -> str | None:
+def too_near(r: TestRun, n: int, limits: Limits, opts: BuildOptions) -> str | None:
     """Why a run of `n` tests came too near a time limit for its outcome to hold at another
     load (BuildOptions.cpu_margin), or None. Every test of the run counts: one that fails
     decides the mutant's F2P, one that passes its P2P or its stability."""
@@ -262,7 +262,7 @@ def _validate(tree, bug, stable, universe, sandbox, limits, opts):
     what = f"mutant of {', '.join(sorted(bug))}"
     r = _run(buggy, stable, sandbox, limits, opts, what)
     most = max(r.cpu.values(), default=0.0)
-    if near := _too_near(r, len(stable), limits, opts):
+    if near := too_near(r, len(stable), limits, opts):
         return near, most  # before any other reason: what a slower run would have made of it
     if r.flags or r.collect_errors or set(r.collected) != set(stable):
         return "unusable: a flag, a collection error or other tests collected", most
@@ -276,7 +276,7 @@ def _validate(tree, bug, stable, universe, sandbox, limits, opts):
                    f2p, universe)
     again = _run(buggy, f2p + p2p, sandbox, limits, opts, what)
     most = max([most, *again.cpu.values()])
-    if near := _too_near(again, len(f2p) + len(p2p), limits, opts):
+    if near := too_near(again, len(f2p) + len(p2p), limits, opts):
         return near, most
     outs, flags = judge_names(again, tuple(f2p + p2p), frozenset(f2p), None)
     outs = [o == "passed" for o in outs]

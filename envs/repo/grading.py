@@ -132,7 +132,7 @@ def run_tests(tree: dict[str, bytes], test_ids: list[str] | None, sandbox: Sandb
     if f"ROLLFORGE-LOADED {token}" not in res.stderr:
         tail = (res.stderr.strip().splitlines() or [res.status])[-1][:300]
         return replace(empty, infra=f"pytest did not start in the sandbox: {tail}")
-    return _judge(res, junit, summary, token)
+    return judge(res, junit, summary, token)
 
 
 def _checked_tests(text: str | bytes | None) -> str | bytes | None:
@@ -164,7 +164,13 @@ def _coarse(o: str) -> str:
     return o if o in ("passed", "skipped") else "failed"
 
 
-def _judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
+def judge(res: ExecResult, junit: str, summary: str, nonce: str) -> TestRun:
+    """The TestRun of a finished pytest run in the sandbox: the outcomes of the plugin's summary
+    record (file `summary`, keyed by `nonce`), checked against pytest's JUnit report (file
+    `junit`) and the exit code. Either report missing or not in the shape pytest and the plugin
+    write leaves no outcomes; a report that is there but unreadable (in a run not killed), or
+    that disagrees with the other or with the exit code, raises a flag (`forged_report`,
+    `exit_code_mismatch`, `early_exit`, ...)."""
     flags = list(dict.fromkeys(f for tok, f in _FLAG_LINE.findall(res.stderr) if tok == nonce))
     rec = read_summary(res.files.get(summary), nonce, _REPORT_CAP)
     cases = _junit(res.files.get(junit))

@@ -61,7 +61,7 @@ class VerifiersPayload(BaseModel):
                                            "prompt messages as the environment wrote them")
 
 
-def _text(prompt: Any) -> str:
+def prompt_text(prompt: Any) -> str:
     """The prompt as one text: the messages' contents, the system message first."""
     if isinstance(prompt, str):
         return prompt
@@ -85,7 +85,7 @@ def _generate(options_json: str) -> tuple[Task, ...]:
         if c.max_tasks is not None and r["index"] >= c.max_tasks:
             continue
         prompt = r["prompt"]
-        text = _text(prompt)
+        text = prompt_text(prompt)
         if not text.strip():
             continue
         digest = prompt_sha(prompt)

@@ -37,11 +37,11 @@ def _empty_ledger():
 
 
 def test_stage_cache_key_covers_inputs_and_policy_version_but_not_the_deadline(cfg, train_pool):
-    from flows.staging import CODE_VERSION, _stage_key
+    from flows.staging import CODE_VERSION, stage_key
 
     from envs.registry import env_for_task
 
-    key = _stage_key("run_rollouts")
+    key = stage_key("run_rollouts")
     env = env_for_task(train_pool[0])
     items = [(env, train_pool[0], "    return 1\n")]
     base = dict(cfg=cfg, iteration=3, version=3, round_=0, shard=1, turn=1, items=items,
@@ -444,16 +444,16 @@ def test_a_probe_without_generic_names_holds_only_family_named_tasks_and_trains_
 
 
 def test_the_summary_says_how_a_warm_start_until_a_criterion_ended():
-    from flows.report import _warm_start_line  # noqa: PLC0415
+    from flows.report import warm_start_line  # noqa: PLC0415
 
-    line = _warm_start_line({"sft/probe_pass": 0.84, "sft/steps": 1100, "sft/criterion_met_at": 800,
-                             "sft/decay_from": 800, "sft/probe_tasks": 64})
+    line = warm_start_line({"sft/probe_pass": 0.84, "sft/steps": 1100, "sft/criterion_met_at": 800,
+                            "sft/decay_from": 800, "sft/probe_tasks": 64})
     assert line == ["warm start: 1100 steps (criterion met at step 800); greedy pass of its 64 "
                     "probe tasks at the end 0.840"]
-    assert "not met, decayed from step 1700" in _warm_start_line(
+    assert "not met, decayed from step 1700" in warm_start_line(
         {"sft/probe_pass": 0.1, "sft/steps": 2000, "sft/criterion_met_at": math.nan,
          "sft/decay_from": 1700, "sft/probe_tasks": 64})[0]
-    assert _warm_start_line({"sft/reused": True}) == []
+    assert warm_start_line({"sft/reused": True}) == []
 
 
 def test_collected_timed_adds_stage_seconds_under_the_metric_names_and_leaves_the_original():

@@ -10,7 +10,7 @@ from envs.base import StepContext
 from envs.function_hacks import function_attacks
 from envs.hacks import run_suite
 from envs.registry import make_env
-from flows.cli_hacks import _spread
+from flows.cli_hacks import spread
 from rewards import pyast
 from rewards.aggregate import RewardConfig
 from sandbox.base import Limits
@@ -30,7 +30,7 @@ def env():
 
 @pytest.fixture(scope="module")
 def tasks(env):
-    return _spread(env.generate(), 2)
+    return spread(env.generate(), 2)
 
 
 @pytest.fixture(scope="module")

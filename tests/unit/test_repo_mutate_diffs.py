@@ -106,24 +106,24 @@ def _repo_records(summary: dict) -> tuple:
 
 
 def test_repo_grader_reads_the_plugin_records_as_the_testfile_verifier_does():
-    from envs.repo.grading import _judge
+    from envs.repo.grading import judge
 
     good = {"nonce": "n0", "collected": ["tests/test_m.py::test_a"],
             "outcomes": {"tests/test_m.py::test_a": "passed"}, "errors": {},
             "collect_errors": [], "internal_error": None, "exitstatus": 0, "flags": []}
-    run = _judge(_repo_records(good), "r.xml", "s.json", "n0")
+    run = judge(_repo_records(good), "r.xml", "s.json", "n0")
     assert run.outcomes == {"tests/test_m.py::test_a": "passed"} and run.flags == ()
     # shapes the plugin never writes (a collect error without its message used to raise
     # IndexError in the repo grader; a missing exit status used to be read as a mismatch only)
     for bad in (dict(good, collect_errors=[["tests/test_m.py"]]), dict(good, exitstatus=None),
                 dict(good, flags="x"), dict(good, outcomes={"tests/test_m.py::test_a": "won"})):
-        run = _judge(_repo_records(bad), "r.xml", "s.json", "n0")
+        run = judge(_repo_records(bad), "r.xml", "s.json", "n0")
         assert run.outcomes == {} and "forged_report" in run.flags
 
 
 def test_the_builder_rejects_a_run_near_a_time_limit_with_its_reason():
-    from envs.repo.build import BuildOptions, _too_near
-    from envs.repo.grading import _judge
+    from envs.repo.build import BuildOptions, too_near
+    from envs.repo.grading import judge
     from sandbox.base import Limits
 
     good = {"nonce": "n0", "collected": ["tests/test_m.py::test_a"],
@@ -133,14 +133,14 @@ def test_the_builder_rejects_a_run_near_a_time_limit_with_its_reason():
     limits, opts = Limits(timeout_s=60.0), BuildOptions()  # per test 10 s CPU, margin 0.3
 
     def near(**changed):
-        return _too_near(_judge(_repo_records(dict(good, **changed)), "r.xml", "s.json", "n0"),
-                         1, limits, opts)
+        return too_near(judge(_repo_records(dict(good, **changed)), "r.xml", "s.json", "n0"),
+                        1, limits, opts)
 
     assert near() is None  # 2.5 s of a 10 s limit: far enough from it at any load
     # 4 s passes here, but a third of the limit is as near as a decision may come to it
     assert near(cpu={"tests/test_m.py::test_a": 4.0}).startswith("slow: tests/test_m.py::test_a")
     assert near(cpu_total=30.0).startswith("slow: the run")  # 0.3 of its 70 s wall limit: 21 s
     assert near(outcomes={"tests/test_m.py::test_a": "timeout"}).startswith("timeout")
-    run = _judge(_repo_records(dict(good, cpu={"tests/test_m.py::test_a": "1"})), "r.xml",
-                 "s.json", "n0")
+    run = judge(_repo_records(dict(good, cpu={"tests/test_m.py::test_a": "1"})), "r.xml",
+                "s.json", "n0")
     assert run.outcomes == {} and "forged_report" in run.flags  # not what the plugin writes

@@ -148,10 +148,10 @@ def test_the_fast_linter_finds_exactly_what_pyflakes_finds(body):
 
     from pyflakes.checker import Checker
 
-    from rewards.static_checks import _Checker
+    from rewards.static_checks import FastChecker
 
     tree = ast.parse("import sys\n\ndef f(x):\n" + body)
     key = lambda c: [(type(m).__name__, m.lineno, m.message_args) for m in c.messages]  # noqa: E731
-    assert key(_Checker(tree, "s.py")) == key(Checker(tree, "s.py"))
+    assert key(FastChecker(tree, "s.py")) == key(Checker(tree, "s.py"))
     if "undefined_name" in body or "import os" in body:
-        assert key(_Checker(tree, "s.py"))  # and it does find something where there is one
+        assert key(FastChecker(tree, "s.py"))  # and it does find something where there is one

@@ -54,14 +54,14 @@ def test_remove_tree_removes_any_depth_and_never_follows_links(tmp_path):
 def test_cleaning_a_zygotes_tmp_leaves_the_mount_scaffold_it_started_with(tmp_path):
     # bubblewrap puts mount points for paths under /tmp (a checkout or venv there) into the
     # private /tmp; clean() must remove what an execution wrote and leave those alone
-    from sandbox.zygote_host import _empty
+    from sandbox.zygote_host import empty_dir
 
     (tmp_path / "checkout").mkdir()
     (tmp_path / "checkout" / "keep.py").write_text("x")
     (tmp_path / "written").mkdir()
     (tmp_path / "written" / "f").write_text("y")
     (tmp_path / "file").write_text("z")
-    assert _empty(str(tmp_path), keep=frozenset({"checkout"}))
+    assert empty_dir(str(tmp_path), keep=frozenset({"checkout"}))
     assert sorted(os.listdir(tmp_path)) == ["checkout"]
     assert (tmp_path / "checkout" / "keep.py").read_text() == "x"
 

@@ -3,7 +3,7 @@ import torch
 
 from training.batch import make_batch, token_logprobs
 from training.config import PolicyConfig
-from training.generate import _filter_top_p, sample
+from training.generate import filter_top_p, sample
 from training.policy import build_policy
 
 PROMPTS = ["def add(a, b):\n", "x = ", "# sum of a list\ndef s(xs):\n"]
@@ -61,5 +61,5 @@ def test_a_stop_sequence_ends_the_completion_and_is_cut_from_the_text():
 
 def test_top_p_keeps_the_smallest_set_reaching_the_mass():
     logits = torch.log(torch.tensor([[0.2, 0.5, 0.3]]))
-    kept = _filter_top_p(logits, 0.6).isfinite()
+    kept = filter_top_p(logits, 0.6).isfinite()
     assert kept.tolist() == [[False, True, True]]

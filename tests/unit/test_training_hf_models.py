@@ -71,7 +71,7 @@ def test_a_local_llama_warm_starts_samples_with_stops_updates_and_keeps_its_toke
 def _write_gguf(model, path):
     """A GPT-2 GGUF the way llama.cpp's converter lays it out (F32, byte-level vocabulary)."""
     gguf = pytest.importorskip("gguf")
-    from training.tokenizer import _bytes_to_unicode
+    from training.tokenizer import bytes_to_unicode
 
     c = model.config
     w = gguf.GGUFWriter(str(path), arch="gpt2")
@@ -83,7 +83,7 @@ def _write_gguf(model, path):
     w.add_head_count(c.n_head)
     w.add_layer_norm_eps(c.layer_norm_epsilon)
     w.add_file_type(gguf.LlamaFileType.ALL_F32)
-    b2u = _bytes_to_unicode()
+    b2u = bytes_to_unicode()
     w.add_tokenizer_model("gpt2")
     w.add_token_list([b2u[b] for b in range(256)] + ["<pad>", "<s>", "</s>"])
     w.add_token_types([gguf.TokenType.NORMAL] * 256 + [gguf.TokenType.CONTROL] * 3)

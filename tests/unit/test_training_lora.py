@@ -14,7 +14,8 @@ from training.config import PolicyConfig, RLConfig, SFTConfig
 from training.generate import sample
 from training.lora import ADAPTERS_OFF, is_lora
 from training.policy import build_policy
-from training.trainer import RLSample, _reference, grpo_update, policy_for_sampling, sft_warm_start
+from training.trainer import (RLSample, grpo_update, kl_reference, policy_for_sampling,
+                              sft_warm_start)
 
 
 def _lora_run(llama_dir, tmp_path, **policy_kw):  # noqa: F811
@@ -48,7 +49,7 @@ def test_a_lora_update_moves_the_adapter_keeps_the_kl_reference_as_the_base_and_
     assert (v0 / "model" / "adapter_config.json").is_file()
     assert not (v0 / "model" / "model.safetensors").exists()  # the adapter, not the base
     rl = RLConfig(micro_batch_size=4, kl_coef=0.1, lr=5e-2, epochs=1)
-    assert _reference(run, rl, "cpu", policy) == ADAPTERS_OFF  # no second copy is loaded
+    assert kl_reference(run, rl, "cpu", policy) == ADAPTERS_OFF  # no second copy is loaded
     model = policy_for_sampling(run, 0)
     out = sample(model, ["def add(a, b):", "x = "], 8, generator=torch.Generator().manual_seed(0))
     samples = [RLSample(s.prompt_ids, s.completion_ids, s.logprobs, a)

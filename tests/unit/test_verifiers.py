@@ -11,7 +11,7 @@ import pytest
 from envs.base import EnvError
 from envs.registry import make_env
 from envs.verifiers import grading, venv
-from envs.verifiers.env import _text
+from envs.verifiers.env import prompt_text
 from sandbox.base import ExecResult
 
 FUNCS = [["correct_answer", 1.0], ["answer_format", 0.2], ["length_metric", 0.0]]
@@ -119,6 +119,6 @@ def test_an_env_id_that_is_no_id_is_refused_naming_the_field():
 
 
 def test_the_prompt_text_is_the_messages_system_first():
-    assert _text([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]) == \
+    assert prompt_text([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]) == \
         "S\n\nQ"
-    assert _text([{"role": "user", "content": [{"type": "text", "text": "Q"}]}]) == "Q"
+    assert prompt_text([{"role": "user", "content": [{"type": "text", "text": "Q"}]}]) == "Q"
