@@ -83,7 +83,9 @@ def compare(chaos_dir: Path, ref_dir: Path, iterations: int) -> dict:
         if isinstance(x, float) and isinstance(y, float):
             return (x == y) or (np.isnan(x) and np.isnan(y))
         if isinstance(x, (list, np.ndarray)) or isinstance(y, (list, np.ndarray)):
-            return list(x if x is not None else []) == list(y if y is not None else [])
+            xs, ys = list(x if x is not None else []), list(y if y is not None else [])
+            # element by element: a NaN in a list (a turn that ran no tests) equals a NaN
+            return len(xs) == len(ys) and all(same(p, q) for p, q in zip(xs, ys))
         return bool(x == y) or (pd.isna(x) is True and pd.isna(y) is True)
 
     def unclocked(components):  # the components carry the execution's seconds too

@@ -77,6 +77,32 @@ def test_the_check_after_the_chaos_run_names_a_duplicate_a_torn_file_and_a_wrong
     assert any("metrics count 8 rollouts, the store 9" in p for p in got["problems"])
 
 
+def test_the_equality_check_holds_a_nan_in_a_list_equal_and_names_a_changed_value(tmp_path):
+    """`compare`, which says a chaos run's rows equal the undisturbed run's: a turn that ran no
+    tests (NaN in `turn_progress`) is the same on both sides; a changed value is named."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from storage.synthetic import example_row
+    from storage.trajectories import write_shard
+
+    def run(name: str, completion_of_row_2: str) -> Path:
+        rows = [example_row("chaos", 0, i, infra_error=False, turn_progress=[0.5, None])
+                for i in range(4)]
+        rows[2]["completion"] = completion_of_row_2
+        write_shard(str(tmp_path / name), 0, 0, rows)
+        model = tmp_path / name / "checkpoints" / "v0001" / "model"
+        model.mkdir(parents=True)
+        save_file({"w": np.ones(3, np.float32)}, str(model / "model.safetensors"))
+        return tmp_path / name
+
+    ref = run("ref", "x")
+    assert compare(run("same", "x"), ref, 1)["rows_differing"] == 0
+    got = compare(run("changed", "y"), ref, 1)
+    assert got["rows_differing"] == 1 and got["columns_differing"] == {"completion": 1}
+    assert got["weights_max_abs_diff"] == 0.0
+
+
 @pytest.mark.slow  # minutes: the services' start and a run resumed twice, then its reference
 @pytest.mark.timeout(1200)
 def test_a_run_killed_at_the_flow_with_its_result_deleted_and_its_disk_full_loses_nothing(
