@@ -32,10 +32,6 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Aggregation,
     return per_seq.mean()
 
 
-# Kept for callers of the first loop's private name.
-_aggregate = aggregate
-
-
 def _clipped_surrogate(logp, old_logp, adv, mask, clip_eps, clip_eps_high, dual_clip):
     """Per-token -min(r A, clip(r, 1-e_lo, 1+e_hi) A), optionally bounded by -c A for A < 0."""
     high = clip_eps if clip_eps_high is None else clip_eps_high

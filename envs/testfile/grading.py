@@ -44,7 +44,6 @@ from tasks.record import Task
 _CONFTEST, _INI = "conftest.py", "pytest.ini"
 _RESERVED = {TEST_MODULE, "conftest", "pytest", "_pytest", "pluggy", "py"}
 _REPORT_CAP = 512 * 1024  # largest junit XML / summary read back (bytes)
-_RANK = RANK
 _FLAG_LINE = re.compile(r"^ROLLFORGE-FLAG (\S+) ([a-z_]{1,40})$", re.M)
 _EXC_NAME = re.compile(r"^E\s+([A-Za-z_][\w.]*)(?::|$)", re.M)
 # Flags after which the report itself cannot be trusted: every test counts as failed.
@@ -280,7 +279,7 @@ def _parse_junit(text: str | None) -> dict[str, str] | None:
             key = f"{cls[len(TEST_MODULE) + 1:]}::{name}"
         else:
             return None  # not a test of the task's file (e.g. an internal error entry)
-        if _RANK[outcome] >= _RANK[out.get(key, "passed")]:
+        if RANK[outcome] >= RANK[out.get(key, "passed")]:
             out[key] = outcome
     return out
 
@@ -384,7 +383,7 @@ def _per_test(names: tuple[str, ...], by_name: dict[str, list[str]], outcomes: d
     result: list[Outcome] = []
     etypes: list[str] = []
     for t in names:
-        worst = max((outcomes[node] for node in by_name[t]), key=_RANK.__getitem__)
+        worst = max((outcomes[node] for node in by_name[t]), key=RANK.__getitem__)
         result.append("failed" if worst == "skipped" else worst)  # type: ignore[arg-type]
         if worst in ("error", "timeout"):
             etypes.append(next((errors[nd] for nd in by_name[t] if nd in errors), worst))
