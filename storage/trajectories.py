@@ -279,16 +279,19 @@ def read_trajectories(run_dir: str, iteration: int | None = None) -> pd.DataFram
     order, ordered by iteration then shard. Null rewards come back as NaN. Consistent while
     shards are rewritten or compacted: one set of files per iteration, never a missing one.
     `solved` is filled for rows written before schema version 4 (rewards/outcome.py)."""
-    return fill_solved(retrying(lambda: open_dataset(run_dir, iteration).to_table().to_pandas(),
-                                f"reading {run_dir}"))
+    return fill_solved(_live_table(run_dir, iteration).to_pandas())
 
 
 def read_rows(run_dir: str, iteration: int | None = None) -> list[TrajectoryRow]:
     """The rows of the run (or of one iteration) as the loop's records, in
     `read_trajectories`' order: what a stage reads back to train on (the gateway's graded
     rows). As stored: `solved` stays null on rows written before schema version 4."""
-    table = retrying(lambda: open_dataset(run_dir, iteration).to_table(), f"reading {run_dir}")
-    return [TrajectoryRow.from_record(r) for r in table.to_pylist()]
+    return [TrajectoryRow.from_record(r) for r in _live_table(run_dir, iteration).to_pylist()]
+
+
+def _live_table(run_dir: str, iteration: int | None) -> pa.Table:
+    """The live files' rows as one table, read again while files vanish under the read."""
+    return retrying(lambda: open_dataset(run_dir, iteration).to_table(), f"reading {run_dir}")
 
 
 def _remove_stale_temporaries(folder: Location, older_than_s: float) -> int:
