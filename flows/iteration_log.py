@@ -3,13 +3,16 @@ update's speed and memory, the off-policy figures and the sampler/trainer log-pr
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from flows.config import RunConfig
 
+if TYPE_CHECKING:
+    from flows.iteration import Collected
 
-def log_iteration(cfg: RunConfig, it: int, col, metrics: dict, log) -> None:
-    """Iteration `it`'s log lines: rewards, groups, the update, off-policy and engine figures.
-    `col`: what the iteration collected (flows/iteration.py `Collected`)."""
+
+def log_iteration(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
+    """Iteration `it`'s log lines: rewards, groups, the update, off-policy and engine figures."""
     timings, kept_groups = col.timings, col.kept_groups
     groups = len(col.rows) // cfg.sampling.group_size
     msg = (f"iteration {it}: reward {metrics['rollout/mean_reward']:.3f}, "
@@ -38,7 +41,7 @@ def log_iteration(cfg: RunConfig, it: int, col, metrics: dict, log) -> None:
         f"{k[5:-2]} {v_:.2f}" for k, v_ in timings.items()))
 
 
-def _log_gap(cfg: RunConfig, it: int, col, metrics: dict, log) -> None:
+def _log_gap(cfg: RunConfig, it: int, col: Collected, metrics: dict, log) -> None:
     """The sampler/trainer log-prob gap, a warning over `rl.logprob_gap_warn`."""
     gap = metrics.get("train/logprob_gap_mean")
     if gap is not None:
