@@ -25,11 +25,13 @@ from flows.config import RunConfig
 from gateway.play import store_dir
 from storage.schema import TrajectoryRow
 
+
 def graded_rows(cfg: RunConfig, versions: Iterable[int],
                 episodes: set[str] | None = None) -> list[TrajectoryRow]:
     """The gateway's stored rows sampled by any of `versions` (of `episodes` only, where
     given), each with its advantage among the rows returned: a group (a task) is compared over
-    every version taken. Turn credit is the loop's own (its episodes' test runs): none here."""
+    every version taken. Turn credit is the loop's own (its episodes' test runs): a gateway row
+    has none (gateway/rows.py), so every policy token takes the row's advantage."""
     import numpy as np  # noqa: PLC0415
 
     from rewards.advantages import advantages_for  # noqa: PLC0415
@@ -39,7 +41,7 @@ def graded_rows(cfg: RunConfig, versions: Iterable[int],
     written = set(trajectories.iterations_written(where))
     rows: list[TrajectoryRow] = []
     for v in sorted(set(versions) & written):
-        rows += [r.replace(turn_advantages=None) for r in trajectories.read_rows(where, v)
+        rows += [r for r in trajectories.read_rows(where, v)
                  if episodes is None or r.episode_id in episodes]
     if not rows:
         return []

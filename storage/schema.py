@@ -189,7 +189,6 @@ class TrajectoryRow:
         return dataclasses.replace(self, **columns)
 
 
-
 _ROW_COLUMNS = tuple(f.name for f in dataclasses.fields(TrajectoryRow))
 _NAN_WHEN_NULL = ("reward", "advantage")  # the store keeps NaN (not scored) as null
 
