@@ -7,6 +7,7 @@ run still alive then is reported as such and killed).
 
     .venv/bin/python bench/bench_stop.py --moments 3 --seed 0
     .venv/bin/python bench/bench_stop.py --moments 1 --root /tmp/before --exit-s 240
+    .venv/bin/python bench/bench_stop.py --moments 8 --stage sample_completions --max-delay 0.5
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from flows.env import standalone_env  # noqa: E402
 STAGES = ("sample_completions", "run_rollouts", "score", "write_trajectories", "update_policy")
 
 
-def moments(n: int, seed: int) -> list[tuple[str, int, float]]:
+def moments(n: int, seed: int, stages: tuple[str, ...] = STAGES,
+            max_delay_s: float = 1.0) -> list[tuple[str, int, float]]:
     rng = random.Random(seed)
-    return [(rng.choice(STAGES), rng.choice((0, 1)), round(rng.uniform(0.0, 1.0), 2))
+    return [(rng.choice(stages), rng.choice((0, 1)), round(rng.uniform(0.0, max_delay_s), 2))
             for _ in range(n)]
 
 
@@ -38,9 +40,14 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
     ap.add_argument("--exit-s", type=float, default=180.0)
+    ap.add_argument("--stage", action="append", choices=STAGES,
+                    help="draw the moments from this stage only (repeatable; default: all)")
+    ap.add_argument("--max-delay", type=float, default=1.0,
+                    help="the longest delay after the stage starts, in seconds")
     args = ap.parse_args()
     rows = []
-    for stage, it, delay in moments(args.moments, args.seed):
+    for stage, it, delay in moments(args.moments, args.seed, tuple(args.stage or STAGES),
+                                     args.max_delay):
         with tempfile.TemporaryDirectory(prefix="bench-stop-") as d:
             out = Path(d) / "runs"
             cmd = [sys.executable, "-m", "flows.cli", "run", "--config",

@@ -49,9 +49,10 @@ class Play:
         return {name: clock.seconds for name, clock in self.clocks.items()}
 
     def sample_stage(self):
-        """The sample stage with the run's task options. Called from play's threads, where
-        Prefect cannot stop a blocked call (it only warned, once a call), it has no Prefect
-        deadline: an engine request has its own timeout (engine/vllm_sampler.py)."""
+        """The sample stage with the run's task options. Called from play's pool threads (an
+        engine's calls; the local sampler's run on play's own), where Prefect cannot stop a
+        blocked call (it only warned, once a call), it has no Prefect deadline: an engine
+        request has its own timeout (engine/vllm_sampler.py)."""
         stage = sample_completions.with_options(**self.opts)
         if threading.current_thread() is not threading.main_thread():
             stage.timeout_seconds = None  # with_options reads None as "keep the stage's own"

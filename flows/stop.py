@@ -115,16 +115,81 @@ def stop_on_signals() -> Iterator[None]:
         raise Stopped(signum)
 
     before = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    hook = sys.unraisablehook
+    sys.unraisablehook = _noting_dropped_stops(hook)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         _received.clear()
         stop_sampling.clear()
         for s, h in before.items():
             signal.signal(s, h)
 
 
-_received: list[int] = []  # signals taken by `stop_on_signals`' handler
+_received: list[int] = []  # signals taken by `stop_on_signals`' handler, or dropped
+
+
+def _noting_dropped_stops(hook):
+    """`sys.unraisablehook` that notes a stop Python had to drop, then reports it as `hook`
+    does. A signal handler raises where the main thread is; in a garbage-collector callback,
+    a weakref finalizer or a `__del__` the exception cannot propagate and Python drops it.
+    That happens to Prefect's TerminationSignal too (its handler holds SIGTERM while a flow
+    runs, so ours never sees it): seen in distributed's gc-diagnosis callback, after which the
+    run went on and exited 0. Noted here, `raise_if_stopped` takes it up."""
+    import signal  # noqa: PLC0415
+
+    from prefect.exceptions import TerminationSignal  # noqa: PLC0415
+
+    from engine.stopping import stop_sampling  # noqa: PLC0415
+
+    def noting(unraisable) -> None:
+        exc = unraisable.exc_value
+        signum = (exc.signum if isinstance(exc, Stopped) else
+                  exc.signal if isinstance(exc, TerminationSignal) else
+                  signal.SIGINT if isinstance(exc, KeyboardInterrupt) else None)
+        if signum is not None:
+            _received.append(int(signum))
+            stop_sampling.set()
+        hook(unraisable)
+
+    return noting
+
+
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """SIGTERM and SIGINT held for the block (main thread only; elsewhere a no-op): one that
+    comes sets `stop_sampling` at once, so a batch sampling in the block ends at its next
+    token, and is delivered, as the block ends, to the handler it would have met (ours, or
+    Prefect's while a flow runs), which raises there. For a Prefect task run on the main
+    thread: a TerminationSignal raised inside the task engine's own bookkeeping left it broken
+    (seen: the run exited 1 with "ValueError: Task run is not set")."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from engine.stopping import stop_sampling  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def hold(signum, _frame):
+        got.append(signum)
+        stop_sampling.set()
+
+    before = {s: signal.signal(s, hold) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in before.items():
+            signal.signal(s, h)
+        if got:
+            handler = before[signal.Signals(got[0])]
+            if callable(handler):
+                handler(got[0], None)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(got[0])
 
 
 def raise_if_stopped() -> None:
@@ -139,7 +204,9 @@ def raise_if_stopped() -> None:
 
     if not _received or threading.current_thread() is not threading.main_thread():
         return
-    if isinstance(sys.exc_info()[1], (Stopped, KeyboardInterrupt)):
+    from prefect.exceptions import TerminationSignal  # noqa: PLC0415
+
+    if isinstance(sys.exc_info()[1], (Stopped, KeyboardInterrupt, TerminationSignal)):
         return  # a cleanup during the stop itself
     raise Stopped(_received[-1])
 

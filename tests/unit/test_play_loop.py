@@ -183,6 +183,38 @@ def test_an_episode_with_no_room_left_is_ended_as_it_stands_in_both_modes():
         assert ("stepped", "t0", 2) in rec.log  # its ending step, at the next turn
 
 
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_the_local_sampler_samples_on_the_loops_own_thread_and_an_engine_in_its_pool(concurrent):
+    # The thread the flow's other torch work runs on: one more thread with an OpenMP team than
+    # cores makes every op of a batch wait for a sleeping helper (flows/episodes.py
+    # `_called_here`). An engine's concurrent calls need the pool.
+    here, seen = threading.current_thread(), []
+    rec = Recorder()
+    original = rec.sample_fn
+
+    def sample_fn(*args):
+        seen.append(threading.current_thread())
+        return original(*args)
+
+    rec.sample_fn = sample_fn
+    for turns in ("synchronous", "per_episode"):
+        seen.clear()
+        eps = _play(rec, turns, n=3, concurrent=concurrent)
+        assert all(e.final is not None for e in eps) and seen, turns
+        assert all((t is here) is not concurrent for t in seen), (turns, seen)
+
+
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_a_failing_sample_fails_play(concurrent):
+    def sample_fn(turn, contexts, episodes, max_new_tokens, k):
+        raise RuntimeError("the sampler failed")
+
+    for turns in ("synchronous", "per_episode"):
+        with pytest.raises(RuntimeError, match="the sampler failed"):
+            play(_tasks(2), [Countdown()] * 2, 1, 4096, TOK, 16, sample_fn, Recorder().step_fn,
+                 turns=turns, concurrent=concurrent)
+
+
 def test_a_failing_step_fails_play():
     def step_fn(turn, items):
         raise RuntimeError("the shard failed")
@@ -229,10 +261,12 @@ def test_auto_turns_are_per_episode_for_an_engine_and_synchronous_for_the_local_
     assert load_config(None, ["sampling.turns=per_episode"]).hash() == load_config(None, []).hash()
 
 
-def test_a_stopped_play_returns_only_after_its_batch_in_flight_ended():
-    """A stop (SIGTERM) raises in the loop's thread while a batch samples in another; the
-    batch ends at its next token (`stop_sampling`), and the loop waits for it before the stop
-    goes on, so nothing of the run reports to Prefect after the run's API is gone."""
+@pytest.mark.parametrize("concurrent", [False, True])
+def test_a_stopped_play_returns_only_after_its_batch_in_flight_ended(concurrent):
+    """A stop (SIGTERM) raises in the loop's thread while a batch samples, in another (an
+    engine's) or in that thread itself (the local sampler's); the batch ends at its next token
+    (`stop_sampling`) or with the stop, and the loop waits for it before the stop goes on, so
+    nothing of the run reports to Prefect after the run's API is gone."""
     import os  # noqa: PLC0415
     import signal  # noqa: PLC0415
 
@@ -259,5 +293,5 @@ def test_a_stopped_play_returns_only_after_its_batch_in_flight_ended():
     with pytest.raises(Stopped):
         with stop_on_signals():
             play(_tasks(2), [Countdown()] * 2, 1, 4096, TOK, 16, sample_fn,
-                 Recorder().step_fn, turns="per_episode")
+                 Recorder().step_fn, turns="per_episode", concurrent=concurrent)
     assert ended.is_set()  # not still running in the play's thread pool

@@ -87,3 +87,89 @@ def test_a_stop_ends_a_batch_being_sampled_at_its_next_token():
                     sample(model, ["def f(x):"], 64)
     assert not stop_sampling.is_set()
     assert len(sample(model, ["def f(x):"], 4, generator=torch.Generator().manual_seed(0))) == 1
+
+
+def test_prefects_termination_signal_dropped_inside_a_finalizer_is_raised_at_the_next_check(
+        monkeypatch):
+    """While a flow runs, Prefect's handler holds SIGTERM (ours never sees it) and raises its
+    TerminationSignal where the main thread is; dropped in a finalizer (seen: distributed's
+    gc callback), the run went on and exited 0. The drop itself is noted."""
+    import sys
+    import time
+    import weakref
+
+    from prefect.exceptions import TerminationSignal
+    from prefect.utilities.engine import capture_sigterm
+
+    from engine.stopping import stop_sampling
+    from flows.stop import raise_if_stopped
+
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", dropped.append)
+
+    class Held:
+        pass
+
+    with stop_on_signals():
+        with capture_sigterm():  # what Prefect's flow engine wraps a flow run in
+            held = Held()
+            weakref.finalize(held, lambda: (os.kill(os.getpid(), signal.SIGTERM),
+                                            time.sleep(1.0)))
+            del held
+            assert [type(d.exc_value) for d in dropped] == [TerminationSignal]
+            assert stop_sampling.is_set()  # a batch in another thread ends at its next token
+            try:  # Prefect's own way out of the flow is not interrupted by the check
+                raise TerminationSignal(signal.SIGTERM)
+            except TerminationSignal:
+                raise_if_stopped()
+            with pytest.raises(Stopped, match="SIGTERM"):
+                raise_if_stopped()
+    raise_if_stopped()
+    assert not stop_sampling.is_set()
+
+
+@pytest.mark.parametrize("prefects", [False, True])
+def test_a_stop_during_a_held_block_ends_sampling_at_once_and_is_raised_as_the_block_ends(
+        prefects):
+    """`stops_held`: the local sampler's calls on the main thread run inside Prefect's task
+    engine, whose bookkeeping a signal's exception left broken; held, the signal ends the
+    batch (`stop_sampling`) and is raised by the handler it would have met once the call is
+    out of the engine: ours (`Stopped`) or, while a flow runs, Prefect's (TerminationSignal)."""
+    import contextlib
+
+    from prefect.exceptions import TerminationSignal
+    from prefect.utilities.engine import capture_sigterm
+
+    from engine.stopping import stop_sampling
+    from flows.stop import stops_held
+
+    went_on = []
+    with pytest.raises(Stopped) as caught:
+        with stop_on_signals():
+            with capture_sigterm() if prefects else contextlib.nullcontext():
+                with stops_held():
+                    os.kill(os.getpid(), signal.SIGTERM)
+                    assert stop_sampling.is_set()
+                    went_on.append(True)
+    # Prefect's way out of a flow re-sends the signal to the run's own handler
+    assert isinstance(caught.value.__context__, TerminationSignal) is prefects
+    assert went_on == [True]
+    assert not stop_sampling.is_set()
+
+
+def test_stops_held_is_nothing_off_the_main_thread():
+    import threading
+
+    from flows.stop import stops_held
+
+    seen = []
+
+    def worker():
+        with stops_held():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [before]
