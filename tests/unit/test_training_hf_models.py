@@ -129,3 +129,33 @@ def test_a_gguf_file_loads_through_transformers_with_the_same_logits_and_tokeniz
 def test_a_missing_model_path_is_refused_by_name(tmp_path):
     with pytest.raises(FileNotFoundError, match="policy.model_path"):
         build_policy(PolicyConfig(model_path=str(tmp_path / "nope")))
+
+
+@pytest.mark.parametrize("kind", ["byte-gpt2", "llama"])
+def test_an_update_hands_its_weights_to_the_held_sampling_model_bit_for_bit(kind, llama_dir,
+                                                                            tmp_path):
+    """After an in-process update the model held for sampling version i takes the published
+    weights of version i + 1 in place (no load from disk at the next sample call); it must be
+    the checkpoint exactly, as `load_policy` reads it."""
+    from training import checkpoints
+    from training.policy import load_policy
+
+    policy = (PolicyConfig(model_path=llama_dir, max_len=96) if kind == "llama"
+              else PolicyConfig(n_layer=1, n_embd=32, n_head=2))
+    run = str(tmp_path / "run")
+    sft_warm_start(run, ["def add(a, b):"] * 2, ["    return a + b"] * 2, policy,
+                   SFTConfig(steps=2, batch_size=2), RLConfig(micro_batch_size=4), 0)
+    held = policy_for_sampling(run, 0)
+    before = {k: v.clone() for k, v in held.state_dict().items()}
+    out = sample(held, ["def add(a, b):", "x = "], 12, generator=torch.Generator().manual_seed(0))
+    samples = [RLSample(s.prompt_ids, s.completion_ids, s.logprobs, a)
+               for s, a in zip(out, [1.0, -1.0])]
+    grpo_update(run, 0, samples, policy, RLConfig(micro_batch_size=4, lr=1e-2), 1.0, 0)
+    handed = policy_for_sampling(run, 1)
+    assert handed is held and not handed.training
+    fresh = load_policy(str(checkpoints.checkpoint_dir(run, 1) / "model")).state_dict()
+    mine = handed.state_dict()
+    assert mine.keys() == fresh.keys()
+    assert all(torch.equal(mine[k], fresh[k]) and mine[k].dtype == fresh[k].dtype for k in fresh)
+    assert any(not torch.equal(before[k], mine[k]) for k in before)  # the update moved them
+    assert policy_for_sampling(run, 0) is not held  # version 0 loads from disk again
