@@ -6,6 +6,7 @@ training/rl_steps.py's.
 """
 from __future__ import annotations
 
+import copy
 import math
 import random
 import shutil
@@ -147,7 +148,7 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     samples = with_advantages(samples, rl)
     counted = [s for s in samples if s.completion_ids]  # an empty completion has no token to train
     live = [s for s in counted if moves(s, rl)]
-    model = prepare_for_training(load_policy(str(src / "model")), policy)
+    model = prepare_for_training(_policy_to_train(src), policy)
     tok = tokenizer_of(model)
     plan = update_plan(live, counted, policy, rl, random.Random(seed + version))
     engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
@@ -209,6 +210,18 @@ def policy_for_sampling(run_dir: str, version: int) -> torch.nn.Module:
         _LOADED.clear()
         _LOADED[path] = load_policy(path).eval()
     return _LOADED[path]
+
+
+def _policy_to_train(src: Path) -> torch.nn.Module:
+    """The policy of checkpoint `src` for an update to train: a copy of the model this process
+    holds for sampling it, when it holds one (loaded from `src`, or handed the weights `src`
+    was published with: `_hand_to_sampling`; a plain policy on the CPU), which saves loading
+    from disk what is in memory already; otherwise loaded from disk."""
+    held = _LOADED.get(str(src / "model"))
+    if held is None or is_lora(held) or any(p.device.type != "cpu" for p in held.parameters()):
+        return load_policy(str(src / "model"))
+    tok = tokenizer_of(held)
+    return copy.deepcopy(held, {id(tok): tok})  # one tokenizer, shared: it is read-only
 
 
 def _hand_to_sampling(trained: torch.nn.Module, state: dict | None, src: Path,

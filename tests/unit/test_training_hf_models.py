@@ -159,3 +159,46 @@ def test_an_update_hands_its_weights_to_the_held_sampling_model_bit_for_bit(kind
     assert all(torch.equal(mine[k], fresh[k]) and mine[k].dtype == fresh[k].dtype for k in fresh)
     assert any(not torch.equal(before[k], mine[k]) for k in before)  # the update moved them
     assert policy_for_sampling(run, 0) is not held  # version 0 loads from disk again
+
+
+@pytest.mark.parametrize("kind", ["byte-gpt2", "llama"])
+def test_updates_from_the_held_model_publish_what_updates_from_disk_publish(kind, llama_dir,
+                                                                            tmp_path, monkeypatch):
+    """An update of a version this process holds for sampling trains a copy of the held model
+    instead of loading the checkpoint: two updates in a row must publish, byte for byte, what
+    the same updates publish when every version is loaded from disk (a resumed run's way)."""
+    import hashlib
+
+    from training import checkpoints, trainer
+
+    policy = (PolicyConfig(model_path=llama_dir, max_len=96) if kind == "llama"
+              else PolicyConfig(n_layer=1, n_embd=32, n_head=2))
+    rl = RLConfig(micro_batch_size=4, lr=1e-2)
+
+    loads = []
+    monkeypatch.setattr(trainer, "load_policy",
+                        lambda path, real=trainer.load_policy: loads.append(path) or real(path))
+
+    def two_updates(run: str, held: bool) -> list[str]:
+        sft_warm_start(run, ["def add(a, b):"] * 2, ["    return a + b"] * 2, policy,
+                       SFTConfig(steps=2, batch_size=2), rl, 0)
+        trainer._LOADED.clear()
+        loads.clear()
+        for version in (0, 1):
+            if not held:
+                trainer._LOADED.clear()
+            model = policy_for_sampling(run, version)
+            out = sample(model, ["def add(a, b):", "x = "], 12,
+                         generator=torch.Generator().manual_seed(version))
+            samples = [RLSample(s.prompt_ids, s.completion_ids, s.logprobs, a)
+                       for s, a in zip(out, [1.0, -1.0])]
+            if not held:
+                trainer._LOADED.clear()
+            grpo_update(run, version, samples, policy, rl, 1.0, 0)
+        # held: version 0 loaded once, for sampling; disk: each version for each use
+        assert len(loads) == (1 if held else 4), loads
+        trainer._LOADED.clear()
+        return [hashlib.sha256(f.read_bytes()).hexdigest() for v in (1, 2) for f in sorted(
+            (checkpoints.checkpoint_dir(run, v) / "model").glob("*.safetensors"))]
+
+    assert two_updates(str(tmp_path / "held"), True) == two_updates(str(tmp_path / "disk"), False)
