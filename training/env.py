@@ -17,6 +17,17 @@ DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",  # no tqdm bars for every checkpoint load/save
     "DASK_LOGGING__DISTRIBUTED": "warning",  # cluster start/stop chatter
+    # A LocalCluster's scheduler runs on an event-loop thread of the flow's process, and its
+    # periodic work takes the GIL from the main thread between the model's ops: at Dask's
+    # defaults (a loop-health tick every 20 ms, a system monitor every 500 ms, each worker
+    # sampling its own stack every 10 ms on the same cores) the flow's sampling of a batch
+    # took 0.43-0.47 s against 0.40 in a process without a cluster; 0.40-0.42 with these
+    # (bench/trl_workload.yaml's batch, 2 threads, quiet, alternated). The tick still finds a
+    # blocked loop (its limit is 3 s); the dashboard's system plots and worker profiles are
+    # what get coarser or go.
+    "DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL": "1s",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "2s",
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
     # Progress lines (training/progress.py) outside a flow run (a benchmark calling the trainer)
     # are terminal lines only, not a warning that they found no run to log to.
     "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
