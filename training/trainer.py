@@ -42,8 +42,10 @@ def _engine_for(model, rl: RLConfig, lr: float, micro: int, accum: int, resume_f
     return engine, restored
 
 
-def _publish(engine, run_dir: str, version: int, meta: dict) -> Path:
-    """All ranks: gather (ZeRO-3) and save the engine state; rank 0 writes the model and renames."""
+def _publish(engine, run_dir: str, version: int, meta: dict,
+             trained_from: int | None = None) -> Path:
+    """All ranks: gather (ZeRO-3) and save the engine state; rank 0 writes the model and renames,
+    then hands the weights to this process's sampling model of `trained_from`, if it holds it."""
     stage = eng.broadcast(str(checkpoints.staging_dir(run_dir, version)) if eng.rank() == 0 else None)
     state = eng.full_state_dict(engine)
     if eng.rank() == 0:
@@ -53,8 +55,9 @@ def _publish(engine, run_dir: str, version: int, meta: dict) -> Path:
     final = checkpoints.checkpoint_dir(run_dir, version)
     if eng.rank() == 0:
         checkpoints.publish(Path(stage), final, meta)
-        _hand_to_sampling(engine.module, state, checkpoints.checkpoint_dir(run_dir, version - 1),
-                          final)
+        if trained_from is not None:
+            _hand_to_sampling(engine.module, state,
+                              checkpoints.checkpoint_dir(run_dir, trained_from), final)
     eng.barrier()
     return final
 
@@ -176,7 +179,8 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                              plan.accum * len(plan.steps), restored, stale)
     _publish(engine, run_dir, version + 1, {"version": version + 1, "kind": rl.algorithm,
                                             **metrics, "engine": eng.engine_facts(rl),
-                                            "rl": rl.model_dump(), "policy": policy.model_dump()})
+                                            "rl": rl.model_dump(), "policy": policy.model_dump()},
+             trained_from=version)
     return metrics
 
 
