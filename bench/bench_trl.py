@@ -294,6 +294,8 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
                         "figure" if allow_load else "no ratio printed (--allow-load to print it)"))
     else:
         lines.append(f"quiet sitting: other processes' CPU per core {per_core} (at most {max_load})")
+    if show_ratio:
+        lines += issue_targets(trl, rf)
     lines.append("")
     lines.append("rollforge stages: seconds as the flow sees them | the stage function's own (its "
                  "journal line) | the difference, Prefect's task engine around it (median)")
@@ -324,6 +326,31 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
                  + (f"pinned by --threads {threads}" if threads else "its own budget")
                  + f"; warm start {res['workload']['warm_start']}")
     return "\n".join(lines)
+
+
+def issue_targets(trl: list[dict], rf: list[dict]) -> list[str]:
+    """Issue 41's targets for this sitting, each with its figure and whether it is met."""
+    T = lambda k: med(s[k] for s in trl)  # noqa: E731
+    R = lambda k: med(s[k] for s in rf)  # noqa: E731
+    per_seq_trl = med((s["forward_s"] + s["backward_s"]) / 64 for s in trl)
+    per_seq_rf = med(s["train_s"] / s["sequences"] for s in rf if s["trained"])
+    books = med(s["iteration_s"] - s["sample_s"] - s["run_rollouts_s"] - s["update_policy_s"]
+                for s in rf)  # task draw, ledger, score, write and the rest
+    rows = [
+        ("iteration / TRL step (goal 0.7x, at worst 1.0x)", R("iteration_s") / T("step_s"),
+         0.7, "x"),
+        ("sampling / transformers.generate", R("sample_s") / T("generate_s"), 1.0, "x"),
+        ("64 executions (run_rollouts) / TRL's reward", R("run_rollouts_s") / T("reward_s"),
+         1.0, "x"),
+        ("update beyond its training", R("update_rest_s"), 0.1, " s"),
+        ("bookkeeping: task draw, ledger, score, write, the rest", books, 0.1, " s"),
+        ("training per sequence / TRL forward + backward", per_seq_rf / per_seq_trl, 1.0, "x"),
+    ]
+    out = ["issue 41's targets (figure, at most):"]
+    for name, value, limit, unit in rows:
+        out.append(f"  {name:<56}{value:7.3f}{unit:<2} <= {limit:g}{unit:<2} "
+                   + ("met" if value <= limit else "NOT MET"))
+    return out
 
 
 def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: int | None,

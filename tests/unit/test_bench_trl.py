@@ -96,3 +96,20 @@ def test_others_cpu_is_the_machines_busy_time_less_the_benchmarks_own(monkeypatc
     o = bench_trl.Others().start()
     clock.update(busy=106.0, own=14.0, t=4.0)  # 6 s busy in 4 s, 4 of them ours
     assert o.per_core() == 2.0 / 4.0 / 2
+
+
+def test_the_report_says_which_of_issue_41s_targets_a_sitting_meets():
+    from bench.bench_trl import report
+
+    quiet = report(_sitting(0.2)).splitlines()
+    line = lambda start: next(x for x in quiet if x.strip().startswith(start))  # noqa: E731
+    # the fake sitting: iteration 2.0 s against a 1.0 s step, sampling 0.1 against 0.3, the
+    # update's rest 0.0 s, bookkeeping 2.0 - 0.1 - 0.1 - 0.1 = 1.7 s, training 0.2 s / 64
+    # sequences against TRL's 0.2 s / 64
+    assert line("iteration / TRL step").split()[-2:] == ["NOT", "MET"]
+    assert "2.000x" in line("iteration / TRL step")
+    assert line("sampling /").endswith(" met") and "0.333x" in line("sampling /")
+    assert line("update beyond").endswith(" met")
+    assert "1.700 s" in line("bookkeeping") and line("bookkeeping").endswith("NOT MET")
+    assert "1.000x" in line("training per sequence") and line("training per").endswith(" met")
+    assert not any("targets" in x for x in report(_sitting(1.5)).splitlines())  # not quiet
