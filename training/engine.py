@@ -116,7 +116,13 @@ def make_engine(model: torch.nn.Module, cfg: RLConfig, lr: float, micro_batch_si
 
     # Only what trains gets optimizer state (a LoRA policy: the adapters, not the base).
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    # torch's fused AdamW, one kernel over every tensor (the Hugging Face Trainer's default, and
+    # so TRL's): a step of SmolLM2-135M's full weights took 88 ms against 385-685 ms for the
+    # default per-tensor loop on this 2-core CPU, the bench model's 0.7 against 2.3 ms. The same
+    # update up to rounding (7e-9 apart after 5 steps). Where a tensor cannot take it, the loop.
+    fused = all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in trainable)
+    optimizer = torch.optim.AdamW(trainable, lr=lr, betas=(0.9, 0.99), weight_decay=0.0,
+                                  fused=fused or None)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
                                            lr_scheduler=lr_scheduler,
                                            config=ds_config(cfg, micro_batch_size, grad_accum))
