@@ -201,6 +201,8 @@ def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, 
     banned = tok.banned_ids
     past = filled_cache(model, ids.shape[1] + max_new_tokens) if use_cache else None
     shared = _shared_prompts(prompt_ids) if past is not None else None
+    if shared is not None:  # index_select takes its index on the tensor's device
+        shared = (shared[0].to(device), shared[1].to(device))
     inp, steps = ids, 0
     # Only the last position's logits are drawn from. With a real vocabulary (49k for SmolLM2)
     # the output head over every prompt position is most of the prefill's work, so ask the

@@ -32,3 +32,26 @@ def test_one_bf16_zero2_update_on_the_gpu_moves_the_weights(tmp_path, capsys):
     with capsys.disabled():
         print(f"\nGPU bf16 ZeRO-2 update: {out['train/tokens_per_s']:.0f} tokens/s "
               f"({out['train/tokens']} tokens, {out['train/seconds']:.2f}s, {torch.cuda.get_device_name()})")
+
+
+def test_the_samplers_own_cache_and_shared_prefill_on_the_gpu_sample_what_the_models_cache_does(
+        monkeypatch):
+    """training/generate.py on CUDA: repeated prompts prefilled once into the sampler's own
+    cache (its index moved to the GPU) draw the greedy tokens of the model's own cache with
+    every row prefilled."""
+    from training import generate
+    from training.config import PolicyConfig
+    from training.policy import build_policy
+
+    m = build_policy(PolicyConfig(n_layer=2, n_embd=64, n_head=4, max_len=128, seed=1)).eval().cuda()
+    tok = m.rollforge_tokenizer
+    ids = [tok.encode_prompt(p) for p in ("def f(x):\n", "x = ") for _ in range(4)]
+
+    def run():
+        with torch.no_grad():
+            return [s.completion_ids for s in generate.sample_batch(
+                m, ids, 16, 1.0, 1.0, True, None, True, tok)]
+
+    ours = run()
+    monkeypatch.setattr(generate, "filled_cache", lambda model, capacity: None)
+    assert ours == run()
