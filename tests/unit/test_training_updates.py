@@ -70,6 +70,31 @@ def test_one_process_micro_batches_give_the_same_step_as_one_micro_batch(base, t
     assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4
 
 
+def test_one_plain_rank_skips_deepspeeds_gradient_all_reduce_and_steps_the_same(
+        base, tmp_path, monkeypatch):
+    """The all-reduce over one rank changes no bit: the update without it publishes the same
+    weights and optimizer state as the update with it, micro-batches accumulated or not."""
+    from training import engine as eng
+
+    seen = []
+    real = eng.lone_plain_rank
+    monkeypatch.setattr(eng, "lone_plain_rank", lambda e: seen.append(real(e)) or seen[-1])
+    a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
+    rl = RLConfig(micro_batch_size=3)
+    grpo_update(a, 0, _samples(), POLICY, rl, 1.0, 0)
+    assert seen == [True]
+    monkeypatch.setattr(eng, "lone_plain_rank", lambda e: False)  # DeepSpeed's own path
+    grpo_update(b, 0, _samples(), POLICY, rl, 1.0, 0)
+    wa, wb = _weights(a, 1), _weights(b, 1)
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert _max_diff(wa, _weights(a, 0)) > 1e-4
+    sa, sb = (torch.load(checkpoints.checkpoint_dir(r, 1) / "engine" / "state" /
+                         "mp_rank_00_model_states.pt", weights_only=False)["optimizer"]["state"]
+              for r in (a, b))
+    assert sa.keys() == sb.keys() and all(
+        torch.equal(sa[i][k], sb[i][k]) for i in sa for k in sa[i])
+
+
 def test_lr_inherit_keeps_the_warm_starts_last_lr_and_constant_uses_rl_lr(base, tmp_path):
     a, b = _copy(base, tmp_path, "a"), _copy(base, tmp_path, "b")
     inherit = grpo_update(a, 0, _samples(), POLICY, RLConfig(lr=1e-3, lr_schedule="inherit"), 1.0, 0)
