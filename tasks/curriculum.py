@@ -69,15 +69,16 @@ def _check_columns(rows: pd.DataFrame, needed: Iterable[str], what: str) -> None
         raise ValueError(f"{what}: missing columns {missing}; expected {list(needed)}")
 
 
-def _group_stats(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per group with a scored reward: whether it is informative (rewards/outcome.py)."""
+def _group_stats(rows: pd.DataFrame) -> pd.Series:
+    """Per group with a scored reward, indexed by (task_id, iteration, group_id): whether it
+    is informative (rewards/outcome.py)."""
     keys = ["task_id", "iteration", "group_id"]
     rows = rows[rows["reward"].notna()]
     # the group's number, not its keys joined into a string row by row (most of an update)
     flags = rows.assign(informative=informative_groups(
         rows["reward"].to_numpy(dtype=float),
         rows.groupby(keys, sort=False, dropna=False).ngroup().to_numpy()))
-    return flags.groupby(keys, sort=False)["informative"].first().reset_index()
+    return flags.groupby(keys, sort=False)["informative"].first()
 
 
 class DifficultyLedger:
@@ -106,15 +107,17 @@ class DifficultyLedger:
         rows = rows.assign(_solved=rows["solved"].astype(object).eq(True),
                            _scored=rows["reward"].notna())
         keys = ["task_id", "iteration"]
-        agg = rows.groupby(keys, sort=True).agg(
-            family=("family", "first"), difficulty=("difficulty", "first"),
-            split=("split", "first"), samples=("reward", "size"), scored=("_scored", "sum"),
-            solved=("_solved", "sum"), mean_reward=("reward", "mean"),
-            mean_pass_fraction=("pass_fraction", "mean")).reset_index()
-        gs = _group_stats(rows).groupby(keys).agg(groups=("informative", "size"),
-                                                   informative_groups=("informative", "sum"))
-        agg = agg.merge(gs.reset_index(), on=keys, how="left").fillna(
-            {"groups": 0, "informative_groups": 0})
+        # One grouping, each reduction called on it, the group figures aligned on its index:
+        # pandas' named aggregations and a merge took twice as long for the same table.
+        g = rows.groupby(keys, sort=True)
+        agg = pd.concat([g[["family", "difficulty", "split"]].first(), g.size().rename("samples"),
+                         g[["_scored", "_solved"]].sum().set_axis(["scored", "solved"], axis=1),
+                         g[["reward", "pass_fraction"]].mean().set_axis(
+                             ["mean_reward", "mean_pass_fraction"], axis=1)], axis=1)
+        informative = _group_stats(rows).groupby(level=[0, 1])
+        agg["groups"] = informative.size()
+        agg["informative_groups"] = informative.sum()
+        agg = agg.fillna({"groups": 0, "informative_groups": 0}).reset_index()
         old = self.table
         if len(old):
             new_keys = pd.MultiIndex.from_frame(agg[keys])
