@@ -122,7 +122,8 @@ class FilledLayer(DynamicLayer):
 
     def select(self, index: torch.Tensor) -> None:
         """The cache's rows made `index`'s (a row may be taken more than once)."""
-        self.k_buf, self.v_buf = self.k_buf.index_select(0, index), self.v_buf.index_select(0, index)
+        self.k_buf = self.k_buf.index_select(0, index)
+        self.v_buf = self.v_buf.index_select(0, index)
         self.keys, self.values = self.k_buf[:, :, :self.n], self.v_buf[:, :, :self.n]
 
 
@@ -142,15 +143,17 @@ def filled_cache(model, capacity: int) -> Cache | None:
     return Cache(layers=[FilledLayer(capacity) for _ in plain.layers])
 
 
-def _shared_prompts(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor] | None:
+def shared_prompts(prompt_ids: Sequence[Sequence[int]], device="cpu"
+                   ) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Where a batch repeats prompts (a group's completions of one task, side by side), the rows
     to prefill (each distinct prompt's first) and, for every row, its prompt's place among
     them; None when every prompt is distinct. Prefilling 8 distinct prompts instead of 64 rows
     takes a tenth of the time, which was half of a 64 x 32-token batch's on bench/bench_trl.py's
     tiny Llama. A row's prefill does not depend on the other rows, up to the rounding of a
     matrix product over another row count: each copy gets the keys, values and logits it would
-    have computed (bit for bit on the byte models here; SmolLM2's log-probs moved by 1e-5, the
-    same tokens; tests/unit/test_generate_cache.py)."""
+    have computed (bit for bit on the byte models here; SmolLM2's log-probs moved by up to
+    1e-5, the same tokens; tests/unit/test_generate_cache.py). The indices are on `device`, the
+    cache's (`index_select` takes its index there)."""
     first: dict[tuple[int, ...], int] = {}
     rows, index = [], []
     for i, p in enumerate(prompt_ids):
@@ -161,7 +164,7 @@ def _shared_prompts(prompt_ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, 
         index.append(first[key])
     if len(rows) == len(index):
         return None
-    return torch.tensor(rows), torch.tensor(index)
+    return torch.tensor(rows, device=device), torch.tensor(index, device=device)
 
 
 def _forward(model, inp, mask, past, shared, last, use_cache) -> tuple[torch.Tensor, Cache | None]:
@@ -200,9 +203,7 @@ def sample_batch(model, prompt_ids, max_new_tokens, temperature, top_p, greedy, 
     stopped = [False] * B
     banned = tok.banned_ids
     past = filled_cache(model, ids.shape[1] + max_new_tokens) if use_cache else None
-    shared = _shared_prompts(prompt_ids) if past is not None else None
-    if shared is not None:  # index_select takes its index on the tensor's device
-        shared = (shared[0].to(device), shared[1].to(device))
+    shared = shared_prompts(prompt_ids, device) if past is not None else None
     inp, steps = ids, 0
     # Only the last position's logits are drawn from. With a real vocabulary (49k for SmolLM2)
     # the output head over every prompt position is most of the prefill's work, so ask the

@@ -95,8 +95,8 @@ def test_repeated_prompts_prefilled_once_sample_what_every_row_prefilled_does(
 
 
 def test_shared_prompts_names_each_distinct_prompts_first_row_and_every_rows_source():
-    assert generate._shared_prompts([[1, 2], [3], [4, 5]]) is None
-    rows, index = generate._shared_prompts([[1, 2], [1, 2], [3], [1, 2], [3]])
+    assert generate.shared_prompts([[1, 2], [3], [4, 5]]) is None
+    rows, index = generate.shared_prompts([[1, 2], [1, 2], [3], [1, 2], [3]])
     assert rows.tolist() == [0, 2] and index.tolist() == [0, 0, 1, 0, 1]
 
 
