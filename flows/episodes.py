@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from engine.stopping import SamplingStopped
 from envs.base import Environment, breakdown_of
 from envs.chat import ChatEpisode, ChatRenderer
 from envs.tools import schemas
@@ -330,9 +331,13 @@ def _called_here(fn, *args) -> Future:
     helper to be woken. bench/bench_trl.py's sample stage on 2 quiet cores: 0.60 s from a pool
     thread, 0.46 s from this one (`model.generate`, on its main thread: 0.37-0.38 s)."""
     f: Future = Future()
+    raise_if_stopped()  # a stop received already (its exception dropped): no batch begun
     try:
         with stops_held():  # a stop lands here, not inside Prefect's task engine
             f.set_result(contextvars.copy_context().run(fn, *args))
+    except SamplingStopped:  # the batch saw `stop_sampling`: the stop that set it goes on
+        raise_if_stopped()
+        raise
     except Exception as exc:  # a stop (BaseException) goes on from here at once
         f.set_exception(exc)
     return f
