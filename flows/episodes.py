@@ -149,7 +149,7 @@ class _Loop:
     """`play`'s event loop. Every episode is in one place: `waiting` (for its next action),
     in a sample call, `sampled` (action in hand, or None for a full context: for its step),
     in a step call, or done. Calls run in threads (the local sampler's in the loop's own,
-    `_called_here`), each in a copy of the caller's context (a Prefect task called from one
+    `called_here`), each in a copy of the caller's context (a Prefect task called from one
     belongs to the caller's flow run)."""
 
     def __init__(self, eps: list[Episode], max_len: int, tok, action_tokens: int,
@@ -217,7 +217,7 @@ class _Loop:
 
     def _call(self, kind: str, turn: int, part: list[Episode], fn, *args) -> None:
         if kind == "sample" and not self.concurrent:
-            f = _called_here(fn, *args)
+            f = called_here(fn, *args)
         else:
             f = self.pools[kind].submit(contextvars.copy_context().run, fn, *args)
         self.flight[f], self.issued[f] = (kind, turn, part), self.seq
@@ -319,7 +319,7 @@ class _Loop:
             self.waiting.append(e)
 
 
-def _called_here(fn, *args) -> Future:
+def called_here(fn, *args) -> Future:
     """`fn(*args)` run on this thread, as a finished future (an exception in it, too).
 
     The local sampler's calls go here rather than to a pool thread: it takes one call at a

@@ -187,7 +187,7 @@ def test_an_episode_with_no_room_left_is_ended_as_it_stands_in_both_modes():
 def test_the_local_sampler_samples_on_the_loops_own_thread_and_an_engine_in_its_pool(concurrent):
     # The thread the flow's other torch work runs on: one more thread with an OpenMP team than
     # cores makes every op of a batch wait for a sleeping helper (flows/episodes.py
-    # `_called_here`). An engine's concurrent calls need the pool.
+    # `called_here`). An engine's concurrent calls need the pool.
     here, seen = threading.current_thread(), []
     rec = Recorder()
     original = rec.sample_fn

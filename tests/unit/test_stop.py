@@ -177,7 +177,7 @@ def test_stops_held_is_nothing_off_the_main_thread():
 
 def test_the_main_thread_sampler_raises_a_stop_received_before_or_while_its_batch_ran(
         monkeypatch):
-    """flows/episodes.py `_called_here` (the local sampler on the flow's thread): a stop whose
+    """flows/episodes.py `called_here` (the local sampler on the flow's thread): a stop whose
     exception was dropped (noted in `_received`, `stop_sampling` set) is raised as `Stopped`
     before a batch begins; one noted while the batch ran ends the batch (`SamplingStopped`)
     and comes out as the `Stopped` it is, so the run exits as stopped (128 + signal), not as
@@ -186,12 +186,12 @@ def test_the_main_thread_sampler_raises_a_stop_received_before_or_while_its_batc
     with SamplingStopped, exit 1.)"""
     from engine.stopping import SamplingStopped
     from flows import stop
-    from flows.episodes import _called_here
+    from flows.episodes import called_here
 
     ran = []
     monkeypatch.setattr(stop, "_received", [signal.SIGINT])
     with pytest.raises(Stopped, match="SIGINT"):
-        _called_here(ran.append, 1)
+        called_here(ran.append, 1)
     assert ran == []
 
     def batch_sees_a_noted_stop():
@@ -200,12 +200,12 @@ def test_the_main_thread_sampler_raises_a_stop_received_before_or_while_its_batc
 
     monkeypatch.setattr(stop, "_received", [])
     with pytest.raises(Stopped, match="SIGINT"):
-        _called_here(batch_sees_a_noted_stop)
+        called_here(batch_sees_a_noted_stop)
 
     def batch_stopped():
         raise SamplingStopped("sampling stopped at token 3 of 16")
 
     monkeypatch.setattr(stop, "_received", [])
     with pytest.raises(SamplingStopped):
-        _called_here(batch_stopped)
-    assert _called_here(lambda x: x + 1, 1).result() == 2
+        called_here(batch_stopped)
+    assert called_here(lambda x: x + 1, 1).result() == 2
