@@ -5,7 +5,7 @@ cache and shared prefill (the model's `DynamicCache`, every row prefilled).
 The batch is bench/bench_trl.py's: 8 of its tasks' prompts, each 8 times side by side (a GRPO
 group's layout), 32 new tokens, temperature 1, top-p 1, PAD and BOS never drawn; `generate` is
 called as TRL's GRPOTrainer calls it (`do_sample`, `suppress_tokens`, no top-k). The model is
-the bench's warm start when its work folder has one (`--work`), else a fresh model of its shape;
+the bench's warm start when its work folder has one (`--work`), else its untrained init;
 `--real` adds SmolLM2-135M-Instruct (`make model`) on the same prompts. Greedy rows say whether
 the two samplers drew the same tokens (they should: the same model, argmax).
 
@@ -26,38 +26,23 @@ sys.path.insert(0, str(ROOT))
 
 
 def bench_model(work: Path):
-    """The bench's warm start, or (no work folder) a fresh model of its shape, and 8 prompts."""
-    import torch  # noqa: PLC0415
-
-    from bench.trl_workload import SHAPE, export_tasks  # noqa: PLC0415
-    from training.policy import TOKENIZER_ATTR, load_policy  # noqa: PLC0415
-    from training.tokenizer import ByteTokenizer  # noqa: PLC0415
+    """The bench's warm start, or (none in `work` yet) its untrained init, and 8 prompts."""
+    from bench.trl_workload import build_init, export_tasks  # noqa: PLC0415
+    from training.policy import load_policy  # noqa: PLC0415
 
     work.mkdir(parents=True, exist_ok=True)
     tasks = [json.loads(line) for line in export_tasks(work).read_text().splitlines()][:8]
     if (work / "warm" / "config.json").is_file():
-        model, what = load_policy(str(work / "warm")), f"{work / 'warm'} (the bench's warm start)"
+        path, what = work / "warm", "the bench's warm start"
     else:
-        from transformers import LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
-
-        torch.manual_seed(0)
-        B = ByteTokenizer
-        model = LlamaForCausalLM(LlamaConfig(
-            vocab_size=B.vocab_size, bos_token_id=B.bos_token_id, eos_token_id=B.eos_token_id,
-            pad_token_id=B.pad_token_id, tie_word_embeddings=False, **SHAPE))
-        setattr(model, TOKENIZER_ATTR, ByteTokenizer())
-        what = "a fresh byte Llama of the bench's shape (no warm start in --work)"
-    return model.eval(), what, [t["prompt"] for t in tasks]
+        path, what = build_init(work), "the bench's untrained init (no warm start in --work)"
+    return load_policy(str(path)).eval(), f"{path} ({what})", [t["prompt"] for t in tasks]
 
 
-def timed(fn, rounds: int) -> tuple[float, object]:
-    fn()  # warm: first-call allocations and kernel choices
-    times, out = [], None
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+def timed(fn) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
 
 
 def compare(model, prompts: list[str], rounds: int, group: int, new_tokens: int) -> list[dict]:
@@ -101,9 +86,11 @@ def compare(model, prompts: list[str], rounds: int, group: int, new_tokens: int)
                 "rollforge": lambda g=greedy: ours(g)}
         times: dict[str, list[float]] = {k: [] for k in ways}
         outs = {}
+        for fn in ways.values():
+            fn()  # warm: first-call allocations and kernel choices
         for _ in range(rounds):  # alternated, so a slow moment of the machine hits every way
             for name, fn in ways.items():
-                t, outs[name] = timed(fn, 1)
+                t, outs[name] = timed(fn)
                 times[name].append(t)
         results.append({"greedy": greedy, **{k: statistics.median(v) for k, v in times.items()},
                         "steps": max(len(r) for r in outs["rollforge"]),
