@@ -4,9 +4,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import io
 import json
 import math
 import os
+import pickle
 import threading
 import time
 from pathlib import Path
@@ -218,6 +220,16 @@ def rollout_metrics(rows: list[TrajectoryRow]) -> dict:
 
 # -- cache keys ---------------------------------------------------------------------------
 _LEAVES = frozenset({str, int, bool, type(None)})
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass type's field names; () for other types
+
+
+def _fields_of(kind: type) -> tuple[str, ...]:
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = (tuple(f.name for f in dataclasses.fields(kind))
+                 if dataclasses.is_dataclass(kind) and not issubclass(kind, Environment) else ())
+        _FIELDS[kind] = names
+    return names
 
 
 def _canonical(obj, seen: dict | None = None):
@@ -228,28 +240,36 @@ def _canonical(obj, seen: dict | None = None):
     `seen`: the forms of the objects done in this call, by id, so an object many inputs share
     (a task and its environment, in each of its group's episodes) is walked once; the form is
     the same, so is the key."""
-    # Exact plain types first, and flat lists of them at once: token ids and texts are most of
-    # a stage's inputs (an iteration's 64 contexts alone are thousands of ints), and the
-    # general checks below cost a few microseconds each per element.
+    # Exact plain types first, flat lists of them at once, and a dataclass's field names
+    # looked up once per type: an iteration's 64 episodes are thousands of token ids,
+    # log-probs and fields, and each general check costs microseconds per element.
     kind = type(obj)
     if kind in _LEAVES:
         return obj
     if kind is float:
-        return "NaN" if math.isnan(obj) else obj
-    if (kind is list or kind is tuple) and all(type(v) in _LEAVES for v in obj):
-        return list(obj)
+        return "NaN" if obj != obj else obj
+    if kind is list or kind is tuple:
+        if all(type(v) in _LEAVES for v in obj):
+            return list(obj)
+        if all(type(v) is float for v in obj):  # log-probs, times
+            return [v if v == v else "NaN" for v in obj]
+        return [v if type(v) in _LEAVES else _canonical(v, seen) for v in obj]
+    if kind is dict:
+        return _canonical_dict(obj, seen)
     if seen is not None and id(obj) in seen:
         return seen[id(obj)][1]
-    if isinstance(obj, Environment):  # by what it is, not where it lives in memory
-        out = ["env", f"{type(obj).__module__}:{type(obj).__qualname__}",
-               _canonical(obj.config, seen)]
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = [type(obj).__name__, {f.name: _canonical(getattr(obj, f.name), seen)
-                                    for f in dataclasses.fields(obj)}]
+    names = _fields_of(kind)
+    if names:
+        out = [kind.__name__, {n: v if type(v) in _LEAVES else _canonical(v, seen)
+                               for n, v in zip(names, map(obj.__getattribute__, names))}]
+    elif isinstance(obj, Environment):  # by what it is, not where it lives in memory
+        out = ["env", f"{kind.__module__}:{kind.__qualname__}", _canonical(obj.config, seen)]
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):  # one without fields
+        out = [kind.__name__, {}]
     elif hasattr(obj, "model_dump"):
         out = _canonical(obj.model_dump(mode="json"), seen)
     elif hasattr(obj, "cache_form"):  # an object that says what it is (envs/chat.py ChatEpisode)
-        out = [type(obj).__name__, _canonical(obj.cache_form(), seen)]
+        out = [kind.__name__, _canonical(obj.cache_form(), seen)]
     else:
         return _canonical_value(obj, seen)
     if seen is not None:  # the object is kept too: its id is not reused while `seen` lives
@@ -258,37 +278,65 @@ def _canonical(obj, seen: dict | None = None):
 
 
 def _canonical_value(obj, seen: dict | None):
-    """`_canonical` of what is not an object with fields: containers, frames, arrays, scalars."""
+    """`_canonical` of what is not an object with fields: containers, frames, arrays, scalars.
+    A subclass of a plain type (numpy's float64, a str enum) becomes the plain value."""
     if isinstance(obj, pd.DataFrame):
         return [list(map(str, obj.columns)),
-                pd.util.hash_pandas_object(obj.astype(str), index=False).tolist()]
+                [_column(obj.iloc[:, i], seen) for i in range(obj.shape[1])]]
     if isinstance(obj, dict):
-        return {str(k): _canonical(v, seen)
-                for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+        return _canonical_dict(obj, seen)
     if isinstance(obj, (list, tuple)):
         return [_canonical(v, seen) for v in obj]
     if isinstance(obj, (set, frozenset)):
         return sorted(_canonical(v, seen) for v in obj)
-    if isinstance(obj, float) and math.isnan(obj):
-        return "NaN"
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
+    if isinstance(obj, np.generic):
+        return _canonical(obj.item(), seen)
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return _canonical(float(obj), seen)
+    if isinstance(obj, str):
+        return str.__str__(obj)
     if isinstance(obj, bytes):
         return hashlib.sha256(obj).hexdigest()
     if isinstance(obj, np.ndarray):
         return [str(obj.dtype), list(obj.shape), _canonical(obj.tolist(), seen)]
-    if isinstance(obj, np.generic):
-        return _canonical(obj.item(), seen)
     raise TypeError(f"a stage input of type {type(obj).__module__}.{type(obj).__qualname__} "
                     f"cannot be hashed into a cache key: pass plain values (str, numbers, "
                     f"lists, dicts), dataclasses, pydantic models, frames or arrays")
 
 
+def _canonical_dict(obj: dict, seen: dict | None) -> dict:
+    """A dict's form: its keys as text, in order."""
+    keys = sorted(obj) if all(type(k) is str for k in obj) else sorted(obj, key=str)
+    return {str(k): v if type(v) in _LEAVES else _canonical(v, seen)
+            for k, v in zip(keys, map(obj.__getitem__, keys))}
+
+
+def _column(col: pd.Series, seen: dict | None):
+    """A frame's column by its values (ints, floats, texts: a ledger's), or, holding what has no
+    canonical form (timestamps, missing-value markers, objects), by pandas' hash of each value's
+    text."""
+    try:
+        return ["values", _canonical(col.tolist(), seen)]
+    except TypeError:
+        return ["text hashes", pd.util.hash_pandas_object(col.astype(str), index=False).tolist()]
+
+
 def inputs_digest(*inputs) -> str:
     """Content hash of a stage's inputs: part of its cache key, so a stage handed different
-    inputs (another batch, other completions) never reuses a stored result."""
-    text = json.dumps(_canonical(list(inputs), {}), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    inputs (another batch, other completions) never reuses a stored result.
+    The canonical form holds only dicts, lists and plain scalars, and is pickled without a
+    memo (`fast`): the bytes are then a function of the values alone, not of which objects
+    happen to be shared (a memo writes a shared string once, then a reference to it). An
+    iteration's 64 episodes take 0.4 ms so against 3 ms as JSON (floats' shortest repr)."""
+    buf = io.BytesIO()
+    pickler = pickle.Pickler(buf, protocol=5)
+    pickler.fast = True
+    pickler.dump(_canonical(list(inputs), {}))
+    return hashlib.sha256(buf.getbuffer()).hexdigest()[:12]
 
 
 # -- the stage journal ----------------------------------------------------------------------
