@@ -34,6 +34,12 @@ beside the sides) gives the loaded figure as a second table.
     .venv/bin/python bench/bench_trl.py --rounds 1 --profile
     .venv/bin/python bench/bench_trl.py --report           # print the last results again
 
+After each round, bench/train_same.py trains rollforge's update on the very batches TRL's run
+trained (its prompt and completion ids and advantages, step by step from the same warm model):
+the training time on the same sequences, as rollforge trains them (only those whose loss is not
+identically zero) and with every sequence run; the report sets both against TRL's forward +
+backward of those steps.
+
 `--profile` then runs bench/trl_profile.py: one more rollforge run in-process under cProfile
 (iterations 1.. of `--profile-iterations`), and prints where the time goes that is not sampling,
 rollouts or the update's math.
@@ -157,7 +163,8 @@ def run_trl(py: Path, work: Path, tag: str, steps: int, threads: int | None) -> 
     t0 = time.perf_counter()
     p = subprocess.run([*NICE, str(py), str(ROOT / "bench" / "trl_side.py"), "--model",
                         str(work / "warm"), "--tasks", str(work / "tasks.jsonl"), "--out", str(out),
-                        "--steps", str(steps)], env=side_env(threads), capture_output=True, text=True)
+                        "--steps", str(steps), "--batches-out", str(batches_file(out))],
+                       env=side_env(threads), capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if p.returncode:
         sys.exit(f"TRL side failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
@@ -166,6 +173,22 @@ def run_trl(py: Path, work: Path, tag: str, steps: int, threads: int | None) -> 
     for s in res["steps"]:  # TRL runs the forward and backward whatever the advantages
         s["trained"] = bool(s.get("informative_groups", 1))
     return res
+
+
+def batches_file(trl_out: Path) -> Path:
+    return trl_out.with_name(trl_out.stem + "-batches.json")
+
+
+def run_same(work: Path, tag: str, threads: int | None) -> dict:
+    """rollforge's update on the batches TRL's run `tag` trained (bench/train_same.py)."""
+    trl_out = work / "results" / f"trl-{tag}.json"
+    out = work / "results" / f"same-{tag}.json"
+    p = subprocess.run([*NICE, sys.executable, str(ROOT / "bench" / "train_same.py"), "--work",
+                        str(work), "--batches", str(batches_file(trl_out)), "--out", str(out)],
+                       cwd=ROOT, env=side_env(threads), capture_output=True, text=True)
+    if p.returncode:
+        sys.exit(f"train_same failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}")
+    return json.loads(out.read_text())
 
 
 def run_rollforge(work: Path, tag: str, steps: int, threads: int | None) -> dict:
@@ -295,7 +318,8 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
     else:
         lines.append(f"quiet sitting: other processes' CPU per core {per_core} (at most {max_load})")
     if show_ratio:
-        lines += issue_targets(trl, rf)
+        lines += issue_targets(trl, rf, res.get("same", []), res["trl"])
+    lines += same_sequences(res.get("same", []), res["trl"], show_ratio)
     lines.append("")
     lines.append("rollforge stages: seconds as the flow sees them | the stage function's own (its "
                  "journal line) | the difference, Prefect's task engine around it (median)")
@@ -328,12 +352,52 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
     return "\n".join(lines)
 
 
-def issue_targets(trl: list[dict], rf: list[dict]) -> list[str]:
+def paired_steps(same: list[dict], trl_runs: list[dict]) -> list[dict]:
+    """Per TRL step whose batch rollforge's update also trained: TRL's forward + backward and
+    rollforge's training seconds and sequences, each way. The first step of each run is left
+    out on both sides (it pays one-off start-up: allocator, kernels' first calls)."""
+    out = []
+    for same_run, trl_run in zip(same, trl_runs):
+        for k, t in enumerate(trl_run["steps"]):
+            if k == 0 or k >= same_run.get("steps", 0):
+                continue
+            d = {"trl_s": t["forward_s"] + t["backward_s"]}
+            for way in ("as_trained", "every_sequence"):
+                d[way] = same_run[way][k]["train_s"]
+                d[way + "_sequences"] = same_run[way][k]["sequences"]
+            out.append(d)
+    return out
+
+
+def same_sequences(same: list[dict], trl_runs: list[dict], show_ratio: bool) -> list[str]:
+    """The table of rollforge's update on TRL's own batches (bench/train_same.py)."""
+    steps = paired_steps(same, trl_runs)
+    if not steps:
+        return []
+    f = lambda v: f"{v:.3f}"  # noqa: E731
+    lines = ["", f"training on the same sequences: TRL's trained batches, {len(steps)} steps "
+             "(each run's first left out), median", f"  {'':<52}{'seconds':>9}{'per 1000 seq':>14}"
+             f"{'vs TRL (paired)':>17}"]
+    rows = [("TRL forward + backward (64 sequences)", "trl_s", None),
+            ("rollforge, as it trains them (loss not all 0)", "as_trained", "as_trained_sequences"),
+            ("rollforge, every sequence run", "every_sequence", "every_sequence_sequences")]
+    for name, key, seqs in rows:
+        secs = med(s[key] for s in steps)
+        per = med(1000 * s[key] / (s[seqs] if seqs else 64) for s in steps
+                  if not seqs or s[seqs])
+        ratio = "" if key == "trl_s" or not show_ratio else \
+            f"{med(s[key] / s['trl_s'] for s in steps):.2f}x"
+        lines.append(f"  {name:<52}{f(secs):>9}{f(per):>14}{ratio:>17}")
+    lines.append(f"  sequences rollforge ran as it trains them (median): "
+                 f"{med(s['as_trained_sequences'] for s in steps):.0f} of 64")
+    return lines
+
+
+def issue_targets(trl: list[dict], rf: list[dict], same: list[dict] | None = None,
+                  trl_runs: list[dict] | None = None) -> list[str]:
     """Issue 41's targets for this sitting, each with its figure and whether it is met."""
     T = lambda k: med(s[k] for s in trl)  # noqa: E731
     R = lambda k: med(s[k] for s in rf)  # noqa: E731
-    per_seq_trl = med((s["forward_s"] + s["backward_s"]) / 64 for s in trl)
-    per_seq_rf = med(s["train_s"] / s["sequences"] for s in rf if s["trained"])
     books = med(s["iteration_s"] - s["sample_s"] - s["run_rollouts_s"] - s["update_policy_s"]
                 for s in rf)  # task draw, ledger, score, write and the rest
     rows = [
@@ -344,8 +408,14 @@ def issue_targets(trl: list[dict], rf: list[dict]) -> list[str]:
          1.0, "x"),
         ("update beyond its training", R("update_rest_s"), 0.1, " s"),
         ("bookkeeping: task draw, ledger, score, write, the rest", books, 0.1, " s"),
-        ("training per sequence / TRL forward + backward", per_seq_rf / per_seq_trl, 1.0, "x"),
     ]
+    steps = paired_steps(same or [], trl_runs or [])
+    if steps:
+        rows += [
+            ("training on TRL's sequences, as rollforge trains them", med(
+                s["as_trained"] / s["trl_s"] for s in steps), 1.0, "x"),
+            ("  the same, every sequence run", med(s["every_sequence"] / s["trl_s"]
+                                                   for s in steps), 1.0, "x")]
     out = ["issue 41's targets (figure, at most):"]
     for name, value, limit, unit in rows:
         out.append(f"  {name:<56}{value:7.3f}{unit:<2} <= {limit:g}{unit:<2} "
@@ -356,8 +426,8 @@ def issue_targets(trl: list[dict], rf: list[dict]) -> list[str]:
 def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: int | None,
             burners: int, workload: dict) -> dict:
     """`rounds` alternated TRL-then-rollforge pairs, beside `burners` CPU-bound processes."""
-    res = {"name": name, "workload": workload, "trl": [], "rollforge": [], "order": [],
-           "burners": burners, "threads": threads}
+    res = {"name": name, "workload": workload, "trl": [], "rollforge": [], "same": [],
+           "order": [], "burners": burners, "threads": threads}
     res["others_before"] = others_now()
     with Burners(burners):
         others = Others().start()
@@ -373,6 +443,8 @@ def sitting(py: Path, work: Path, name: str, rounds: int, steps: int, threads: i
             res["rollforge"].append(f)
             res["order"].append((f"rollforge {tag}", f["wall_s"]))
             print(f"{tag}: rollforge {f['wall_s']:.1f} s (load {load()})", flush=True)
+            res["same"].append(run_same(work, tag, threads))
+            print(f"{tag}: rollforge's update on TRL's batches done (load {load()})", flush=True)
         res["load_end"], res["others_during"] = load(), others.per_core()
     return res
 

@@ -83,6 +83,18 @@ def _informative(rewards: list[float], group: int) -> int:
     return sum(len(set(rewards[i:i + group])) > 1 for i in range(0, len(rewards), group))
 
 
+def _rows(batch: dict) -> list[dict]:
+    """A trained batch as rows: the prompt's ids without TRL's left padding, the completion's
+    without its right padding, the advantage."""
+    rows = []
+    for pi, pm, ci, cm, a in zip(batch["prompt_ids"].tolist(), batch["prompt_mask"].tolist(),
+                                 batch["completion_ids"].tolist(),
+                                 batch["completion_mask"].tolist(), batch["advantages"].tolist()):
+        rows.append({"prompt_ids": [t for t, m in zip(pi, pm) if m],
+                     "completion_ids": [t for t, m in zip(ci, cm) if m], "advantage": a})
+    return rows
+
+
 class Recorder:
     """Seconds of each named part per optimizer step (TRL's profiling hooks plus backward)."""
 
@@ -106,6 +118,9 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--workers", type=int, default=2, help="reward worker processes")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batches-out", default=None,
+                    help="also write each step's trained batch (prompt and completion ids, "
+                         "advantages) as JSON: bench/train_same.py trains rollforge on them")
     args = ap.parse_args()
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -178,6 +193,16 @@ def main() -> int:
         return out
 
     trainer.accelerator.backward = timed_backward
+    trained: list[dict] = []  # the tensors each step's loss was computed on (read after training)
+    compute_loss = trainer.compute_loss
+
+    def kept_compute_loss(model_, inputs, *a, **kw):
+        trained.append({k: inputs[k] for k in ("prompt_ids", "prompt_mask", "completion_ids",
+                                               "completion_mask", "advantages")})
+        return compute_loss(model_, inputs, *a, **kw)
+
+    if args.batches_out:  # outside TRL's compute_loss hook: not in its forward time
+        trainer.compute_loss = kept_compute_loss
     t_setup = time.perf_counter() - t_start
     t0 = time.perf_counter()
     trainer.train()
@@ -208,6 +233,8 @@ def main() -> int:
                "per_device_train_batch_size", "num_generations", "max_completion_length",
                "learning_rate", "loss_type", "beta", "scale_rewards", "bf16")}}
     Path(args.out).write_text(json.dumps(out, indent=2))
+    if args.batches_out:
+        Path(args.batches_out).write_text(json.dumps([_rows(b) for b in trained]))
     print(json.dumps({k: out[k] for k in ("trl", "setup_s", "train_s")}))
     return 0
 

@@ -63,6 +63,8 @@ def _sitting(per_core: float, burners: int = 0) -> dict:
             "trl": [{"steps": [step | {"t_end": float(i)} for i in range(3)], "trl": "x",
                      "torch": "x", "torch_threads": 2, "transformers": "x"}],
             "rollforge": [{"iterations": [it] * 3}], "order": [],
+            "same": [{"steps": 3, "as_trained": [{"train_s": 0.05, "sequences": 16}] * 3,
+                      "every_sequence": [{"train_s": 0.25, "sequences": 64}] * 3}],
             "load_start": "", "load_end": "", "others_before": 0.1, "others_during": per_core}
 
 
@@ -105,11 +107,43 @@ def test_the_report_says_which_of_issue_41s_targets_a_sitting_meets():
     line = lambda start: next(x for x in quiet if x.strip().startswith(start))  # noqa: E731
     # the fake sitting: iteration 2.0 s against a 1.0 s step, sampling 0.1 against 0.3, the
     # update's rest 0.0 s, bookkeeping 2.0 - 0.1 - 0.1 - 0.1 = 1.7 s, training 0.2 s / 64
-    # sequences against TRL's 0.2 s / 64
+    # sequences against TRL's 0.2 s / 64; on TRL's own batches 0.05 s (16 sequences run) and
+    # 0.25 s (all 64)
     assert line("iteration / TRL step").split()[-2:] == ["NOT", "MET"]
     assert "2.000x" in line("iteration / TRL step")
     assert line("sampling /").endswith(" met") and "0.333x" in line("sampling /")
     assert line("update beyond").endswith(" met")
     assert "1.700 s" in line("bookkeeping") and line("bookkeeping").endswith("NOT MET")
-    assert "1.000x" in line("training per sequence") and line("training per").endswith(" met")
+    assert "0.250x" in line("training on TRL's") and line("training on TRL's").endswith(" met")
+    assert "1.250x" in line("the same, every") and line("the same, every").endswith("NOT MET")
+    same = quiet[quiet.index(next(x for x in quiet if x.startswith("training on the same"))):]
+    assert "2 steps (each run's first left out)" in same[0]
+    assert line("rollforge, as it trains").split()[-3:] == ["0.050", "3.125", "0.25x"]
+    assert line("rollforge, every sequence").split()[-3:] == ["0.250", "3.906", "1.25x"]
+    assert line("TRL forward + backward (64").split()[-2:] == ["0.200", "3.125"]
     assert not any("targets" in x for x in report(_sitting(1.5)).splitlines())  # not quiet
+
+
+def test_train_same_runs_the_flows_update_on_given_batches_each_way(tmp_path):
+    """bench/train_same.py on two tiny batches: as rollforge trains them only the rows whose
+    advantage is not 0 run; every row runs in the other way; a bad way is a usage error."""
+    from bench import trl_workload
+
+    init = trl_workload.build_init(tmp_path)
+    (tmp_path / "warm").symlink_to(init)
+    prompt = list(b"Return x.")
+    batches = [[{"prompt_ids": [257, *prompt], "completion_ids": [100 + i, 258],
+                 "advantage": a} for i, a in enumerate(adv)]
+               for adv in ([1.0, -1.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5])]
+    (tmp_path / "b.json").write_text(json.dumps(batches))
+    cmd = [sys.executable, str(ROOT / "bench" / "train_same.py"), "--work", str(tmp_path),
+           "--batches", str(tmp_path / "b.json"), "--out", str(tmp_path / "r.json")]
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert [s["sequences"] for s in res["as_trained"]] == [2, 1]
+    assert [s["sequences"] for s in res["every_sequence"]] == [4, 4]
+    assert all(s["train_s"] > 0 for s in res["every_sequence"])
+    bad = subprocess.run(cmd + ["--ways", "fast"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert bad.returncode == 2 and "unknown way" in bad.stderr
