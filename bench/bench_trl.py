@@ -58,6 +58,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.train_same import med, paired_steps, same_sequences  # noqa: E402
+
 TRL_VERSION = "1.16.0"
 VENV = ROOT / ".bench-venvs" / "trl"
 CONFIG = ROOT / "bench" / "trl_workload.yaml"
@@ -250,11 +252,6 @@ def rollforge_figures(run_dir: Path) -> dict:
 
 
 # -- the report ------------------------------------------------------------------------------
-def med(xs) -> float:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else float("nan")
-
-
 def quiet_enough(res: dict, max_load: float) -> bool:
     """Other processes' CPU per core, just before the sitting and over it, at most `max_load`."""
     return all(res.get(k, float("inf")) <= max_load for k in ("others_before", "others_during"))
@@ -350,47 +347,6 @@ def report(res: dict, max_load: float = 0.5, allow_load: bool = False) -> str:
                  + (f"pinned by --threads {threads}" if threads else "its own budget")
                  + f"; warm start {res['workload']['warm_start']}")
     return "\n".join(lines)
-
-
-def paired_steps(same: list[dict], trl_runs: list[dict]) -> list[dict]:
-    """Per TRL step whose batch rollforge's update also trained: TRL's forward + backward and
-    rollforge's training seconds and sequences, each way. The first step of each run is left
-    out on both sides (it pays one-off start-up: allocator, kernels' first calls)."""
-    out = []
-    for same_run, trl_run in zip(same, trl_runs):
-        for k, t in enumerate(trl_run["steps"]):
-            if k == 0 or k >= same_run.get("steps", 0):
-                continue
-            d = {"trl_s": t["forward_s"] + t["backward_s"]}
-            for way in ("as_trained", "every_sequence"):
-                d[way] = same_run[way][k]["train_s"]
-                d[way + "_sequences"] = same_run[way][k]["sequences"]
-            out.append(d)
-    return out
-
-
-def same_sequences(same: list[dict], trl_runs: list[dict], show_ratio: bool) -> list[str]:
-    """The table of rollforge's update on TRL's own batches (bench/train_same.py)."""
-    steps = paired_steps(same, trl_runs)
-    if not steps:
-        return []
-    f = lambda v: f"{v:.3f}"  # noqa: E731
-    lines = ["", f"training on the same sequences: TRL's trained batches, {len(steps)} steps "
-             "(each run's first left out), median", f"  {'':<52}{'seconds':>9}{'per 1000 seq':>14}"
-             f"{'vs TRL (paired)':>17}"]
-    rows = [("TRL forward + backward (64 sequences)", "trl_s", None),
-            ("rollforge, as it trains them (loss not all 0)", "as_trained", "as_trained_sequences"),
-            ("rollforge, every sequence run", "every_sequence", "every_sequence_sequences")]
-    for name, key, seqs in rows:
-        secs = med(s[key] for s in steps)
-        per = med(1000 * s[key] / (s[seqs] if seqs else 64) for s in steps
-                  if not seqs or s[seqs])
-        ratio = "" if key == "trl_s" or not show_ratio else \
-            f"{med(s[key] / s['trl_s'] for s in steps):.2f}x"
-        lines.append(f"  {name:<52}{f(secs):>9}{f(per):>14}{ratio:>17}")
-    lines.append(f"  sequences rollforge ran as it trains them (median): "
-                 f"{med(s['as_trained_sequences'] for s in steps):.0f} of 64")
-    return lines
 
 
 def issue_targets(trl: list[dict], rf: list[dict], same: list[dict] | None = None,

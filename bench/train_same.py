@@ -15,6 +15,7 @@ the figure the flow reports and bench_trl compares. Two ways:
 
 The sampler's log-probs the loss's ratio needs are the starting weights' own (computed before
 the update, not timed: TRL's one-iteration GRPO takes the ratio to its detached log-probs).
+bench_trl's report of the results (`paired_steps`, `same_sequences`) is here too.
 
     .venv/bin/python bench/train_same.py --work runs/bench-trl --batches B.json --out R.json
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 TINY = 1e-12
+
+
+def med(xs) -> float:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else float("nan")
 
 
 def starting_logprobs(run_dir: str, version: int, rows: list[dict], max_len: int,
@@ -78,6 +85,48 @@ def run_way(way: str, batches: list[list[dict]], cfg, run_dir: str) -> list[dict
         print(f"{way} step {k}: {m['train/sequences']} sequences, train "
               f"{m['train/seconds']:.3f} s", flush=True)
     return out
+
+
+# -- bench_trl's report of the results ----------------------------------------------------
+def paired_steps(same: list[dict], trl_runs: list[dict]) -> list[dict]:
+    """Per TRL step whose batch rollforge's update also trained: TRL's forward + backward and
+    rollforge's training seconds and sequences, each way. The first step of each run is left
+    out on both sides (it pays one-off start-up: allocator, kernels' first calls)."""
+    out = []
+    for same_run, trl_run in zip(same, trl_runs):
+        for k, t in enumerate(trl_run["steps"]):
+            if k == 0 or k >= same_run.get("steps", 0):
+                continue
+            d = {"trl_s": t["forward_s"] + t["backward_s"]}
+            for way in ("as_trained", "every_sequence"):
+                d[way] = same_run[way][k]["train_s"]
+                d[way + "_sequences"] = same_run[way][k]["sequences"]
+            out.append(d)
+    return out
+
+
+def same_sequences(same: list[dict], trl_runs: list[dict], show_ratio: bool) -> list[str]:
+    """The table of rollforge's update on TRL's own batches, as bench_trl prints it."""
+    steps = paired_steps(same, trl_runs)
+    if not steps:
+        return []
+    f = lambda v: f"{v:.3f}"  # noqa: E731
+    lines = ["", f"training on the same sequences: TRL's trained batches, {len(steps)} steps "
+             "(each run's first left out), median", f"  {'':<52}{'seconds':>9}{'per 1000 seq':>14}"
+             f"{'vs TRL (paired)':>17}"]
+    rows = [("TRL forward + backward (64 sequences)", "trl_s", None),
+            ("rollforge, as it trains them (loss not all 0)", "as_trained", "as_trained_sequences"),
+            ("rollforge, every sequence run", "every_sequence", "every_sequence_sequences")]
+    for name, key, seqs in rows:
+        secs = med(s[key] for s in steps)
+        per = med(1000 * s[key] / (s[seqs] if seqs else 64) for s in steps
+                  if not seqs or s[seqs])
+        ratio = "" if key == "trl_s" or not show_ratio else \
+            f"{med(s[key] / s['trl_s'] for s in steps):.2f}x"
+        lines.append(f"  {name:<52}{f(secs):>9}{f(per):>14}{ratio:>17}")
+    lines.append(f"  sequences rollforge ran as it trains them (median): "
+                 f"{med(s['as_trained_sequences'] for s in steps):.0f} of 64")
+    return lines
 
 
 def main() -> int:
