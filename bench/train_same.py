@@ -137,7 +137,15 @@ def main() -> int:
     ap.add_argument("--ways", default="as_trained,every_sequence")
     args = ap.parse_args()
     work = Path(args.work).resolve()
-    batches = json.loads(Path(args.batches).read_text())
+    try:
+        batches = json.loads(Path(args.batches).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"train_same: cannot read the batches file {args.batches}: {exc}", file=sys.stderr)
+        return 2
+    if not (work / "warm").is_dir():
+        print(f"train_same: no warm model at {work / 'warm'} (bench_trl builds it)",
+              file=sys.stderr)
+        return 2
     ways = [w for w in args.ways.split(",") if w]
     bad = [w for w in ways if w not in ("as_trained", "every_sequence")]
     if bad or not batches:

@@ -330,8 +330,9 @@ def inputs_digest(*inputs) -> str:
     inputs (another batch, other completions) never reuses a stored result.
     The canonical form holds only dicts, lists and plain scalars, and is pickled without a
     memo (`fast`): the bytes are then a function of the values alone, not of which objects
-    happen to be shared (a memo writes a shared string once, then a reference to it). An
-    iteration's 64 episodes take 0.4 ms so against 3 ms as JSON (floats' shortest repr)."""
+    happen to be shared (a memo writes a shared string once, then a reference to it). The
+    canonical form of an iteration's 64 episodes pickles in 0.4 ms, against 3 ms to write it as
+    JSON (each float's shortest repr)."""
     buf = io.BytesIO()
     pickler = pickle.Pickler(buf, protocol=5)
     pickler.fast = True

@@ -147,3 +147,6 @@ def test_train_same_runs_the_flows_update_on_given_batches_each_way(tmp_path):
     bad = subprocess.run(cmd + ["--ways", "fast"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert bad.returncode == 2 and "unknown way" in bad.stderr
+    missing = subprocess.run([*cmd[:5], str(tmp_path / "none.json"), *cmd[6:]], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "cannot read the batches file" in missing.stderr
