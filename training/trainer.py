@@ -151,10 +151,14 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
     samples = with_advantages(samples, rl)
     counted = [s for s in samples if s.completion_ids]  # an empty completion has no token to train
     live = [s for s in counted if moves(s, rl)]
-    model = prepare_for_training(_policy_to_train(src), policy)
-    tok = tokenizer_of(model)
     plan = update_plan(live, counted, policy, rl, random.Random(seed + version))
-    engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
+    hold_key = _hold_key(policy, rl, plan.accum)
+    engine = _held_engine(src, hold_key)
+    restored = engine is not None  # the optimizer state that `src` saved, in memory
+    if engine is None:
+        model = prepare_for_training(_policy_to_train(src), policy)
+        engine, restored = _engine_for(model, rl, rl.lr, rl.micro_batch_size, plan.accum, src)
+    tok = tokenizer_of(engine)
     if rl.lr_schedule == "constant":
         for group in engine.optimizer.param_groups:
             group["lr"] = rl.lr
@@ -177,10 +181,10 @@ def grpo_update(run_dir: str, version: int, samples: list[RLSample], policy: Pol
                 shown.set(loss=float(np.mean(update.stats["loss"][-20:])))
     metrics = update.metrics(time.perf_counter() - t0, len(counted) - len(live),
                              plan.accum * len(plan.steps), restored, stale)
-    _publish(engine, run_dir, version + 1, {"version": version + 1, "kind": rl.algorithm,
-                                            **metrics, "engine": eng.engine_facts(rl),
-                                            "rl": rl.model_dump(), "policy": policy.model_dump()},
-             trained_from=version)
+    final = _publish(engine, run_dir, version + 1, {
+        "version": version + 1, "kind": rl.algorithm, **metrics, "engine": eng.engine_facts(rl),
+        "rl": rl.model_dump(), "policy": policy.model_dump()}, trained_from=version)
+    _hold(engine, final, hold_key, rl)
     return metrics
 
 
@@ -204,6 +208,61 @@ def kl_reference(run_dir: str, rl: RLConfig, device,
 
 
 _LOADED: dict[str, torch.nn.Module] = {}
+
+
+# The engine of this process's last update, with the checkpoint it published and what it was
+# made for (_hold_key). Taken by the next update of that checkpoint (_held_engine).
+_HELD: dict[str, object] = {}
+
+
+def _hold_key(policy: PolicyConfig, rl: RLConfig, accum: int) -> str:
+    """What an engine was made for: the run's policy and RL settings and the update's gradient
+    accumulation (the DeepSpeed config its checkpoints record)."""
+    return f"{policy.model_dump_json()}|{rl.model_dump_json()}|{accum}|{eng.world_size()}"
+
+
+def _hold(engine, published: Path, key: str, rl: RLConfig) -> None:
+    """Keep the engine that published `published` for the next update, where it stands for a
+    fresh engine that would load that checkpoint's weights and optimizer state from disk
+    (0.034 s an iteration of bench/bench_trl.py's model in engine set-up and state load, plus
+    0.010 s copying the policy; seconds for a real one). Only where the weights were handed to
+    this process's sampling model (so the next update is of them, here), and only a plain
+    policy trained by one process on the CPU under ZeRO 0 with a plain optimizer: a GPU's
+    memory is the sampler's between updates, and a sharded or mixed-precision optimizer keeps
+    state of its own."""
+    _HELD.clear()
+    if (str(published / "model") in _LOADED and eng.world_size() == 1 and rl.zero_stage == 0
+            and rl.dtype == "fp32" and not is_lora(engine.module)
+            and engine.device.type == "cpu"):
+        _HELD.update(path=str(published), engine=engine, key=key, stamp=_stamp(published))
+
+
+def _stamp(version_dir: Path) -> tuple[int, int] | None:
+    """Which copy of a checkpoint is on disk (its meta.json's inode and mtime): the one
+    published here, or one written since (a checkpoint replaced, deleted)."""
+    try:
+        st = (version_dir / "meta.json").stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _held_engine(src: Path, key: str):
+    """The engine held for an update of checkpoint `src` (`_hold`), or None: another checkpoint,
+    other settings, the checkpoint on disk is no longer the one it published, or the process no
+    longer holds `src`'s policy for sampling (a new process, a model loaded since). Taken
+    either way, so an update that fails leaves nothing held. DeepSpeed's micro-step count is
+    set back to a fresh engine's, so the accumulation boundary falls where it would; all that a
+    checkpoint holds (weights, optimizer state, step and sample counts) is what loading it
+    would give: the next checkpoint is the same bit for bit (tests/unit/test_training_updates.py)."""
+    held = dict(_HELD)
+    _HELD.clear()
+    if (held.get("path") != str(src) or held.get("key") != key
+            or held.get("stamp") != _stamp(src) or str(src / "model") not in _LOADED):
+        return None
+    engine = held["engine"]
+    engine.micro_steps = 0
+    return engine
 
 
 def policy_for_sampling(run_dir: str, version: int) -> torch.nn.Module:

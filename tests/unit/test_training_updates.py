@@ -484,3 +484,63 @@ def test_a_warm_start_on_encoded_demonstrations_trains_as_on_the_same_written_on
     written = _weights(runs["written"], 0)
     assert _max_diff(written, _weights(runs["encoded"], 0)) == 0.0
     assert _max_diff(_weights(runs["mask"], 0), written) > 1e-6
+
+
+def test_the_engine_held_between_updates_publishes_what_a_fresh_one_would_bit_for_bit(
+        base, tmp_path, monkeypatch):
+    """Three updates in a row, each after its version was taken for sampling (as the flow
+    does): with the engine of one update held for the next (no engine made, no state loaded),
+    every checkpoint file is the same, byte for byte, as with a fresh engine loading the last
+    checkpoint each time; micro-batches accumulated (4 a step, 2 epochs). An update with other
+    settings (another accumulation), or of a checkpoint written since, makes its own engine."""
+    import hashlib
+
+    from training import engine as eng
+    from training import trainer
+    from training.trainer import policy_for_sampling
+
+    made = []
+    real = eng.make_engine
+    monkeypatch.setattr(eng, "make_engine", lambda *a, **k: made.append(1) or real(*a, **k))
+    rl = RLConfig(micro_batch_size=3)
+
+    def three(name: str) -> dict[str, str]:
+        run = _copy(base, tmp_path, name)
+        made.clear()
+        for v in range(3):
+            policy_for_sampling(run, v)
+            grpo_update(run, v, _samples(seed=v + 1), POLICY, rl, 1.0, 0)
+        trainer._LOADED.clear()
+        trainer._HELD.clear()
+        files = {}
+        for v in (1, 2, 3):
+            d = checkpoints.checkpoint_dir(run, v)
+            for f in sorted(d.rglob("*")):
+                if f.is_file() and f.name != "meta.json":
+                    files[str(f.relative_to(run))] = hashlib.sha256(f.read_bytes()).hexdigest()
+            meta = json.loads((d / "meta.json").read_text())
+            files[f"v{v} meta"] = {k: x for k, x in meta.items()  # less times and memory
+                                   if not any(w in k for w in ("seconds", "per_s", "mem"))}
+        return files
+
+    held = three("held")
+    assert len(made) == 1  # the first update's; the next two went on with it
+    monkeypatch.setattr(trainer, "_hold", lambda *a, **k: None)
+    fresh = three("fresh")
+    assert len(made) == 3
+    assert held.keys() == fresh.keys() and any("mp_rank_00_model_states" in k for k in held)
+    assert held == fresh
+    monkeypatch.undo()
+    monkeypatch.setattr(eng, "make_engine", lambda *a, **k: made.append(1) or real(*a, **k))
+    run, made[:] = _copy(base, tmp_path, "other"), []
+    for v, other in enumerate((rl, RLConfig(micro_batch_size=5), RLConfig(micro_batch_size=5))):
+        policy_for_sampling(run, v)
+        grpo_update(run, v, _samples(seed=v + 1), POLICY, other, 1.0, 0)
+    assert len(made) == 2  # the second update's settings differ; the third went on with its
+    meta = checkpoints.checkpoint_dir(run, 3) / "meta.json"
+    meta.write_text(meta.read_text())  # a checkpoint written since: not the one it published
+    policy_for_sampling(run, 3)
+    grpo_update(run, 3, _samples(seed=4), POLICY, RLConfig(micro_batch_size=5), 1.0, 0)
+    assert len(made) == 3
+    trainer._LOADED.clear()
+    trainer._HELD.clear()
