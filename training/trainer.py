@@ -7,6 +7,7 @@ training/rl_steps.py's.
 from __future__ import annotations
 
 import copy
+import hashlib
 import math
 import random
 import shutil
@@ -237,14 +238,15 @@ def _hold(engine, published: Path, key: str, rl: RLConfig) -> None:
         _HELD.update(path=str(published), engine=engine, key=key, stamp=_stamp(published))
 
 
-def _stamp(version_dir: Path) -> tuple[int, int] | None:
-    """Which copy of a checkpoint is on disk (its meta.json's inode and mtime): the one
-    published here, or one written since (a checkpoint replaced, deleted)."""
+def _stamp(version_dir: Path) -> tuple[int, str] | None:
+    """Which copy of a checkpoint is on disk (its meta.json's inode and a digest of its bytes,
+    which hold the update's own figures): the one published here, or one written since (a
+    checkpoint replaced or rewritten, deleted). Not the mtime: its clock ticks coarsely."""
+    path = version_dir / "meta.json"
     try:
-        st = (version_dir / "meta.json").stat()
+        return path.stat().st_ino, hashlib.sha256(path.read_bytes()).hexdigest()
     except FileNotFoundError:
         return None
-    return st.st_ino, st.st_mtime_ns
 
 
 def _held_engine(src: Path, key: str):

@@ -537,8 +537,8 @@ def test_the_engine_held_between_updates_publishes_what_a_fresh_one_would_bit_fo
         policy_for_sampling(run, v)
         grpo_update(run, v, _samples(seed=v + 1), POLICY, other, 1.0, 0)
     assert len(made) == 2  # the second update's settings differ; the third went on with its
-    meta = checkpoints.checkpoint_dir(run, 3) / "meta.json"
-    meta.write_text(meta.read_text())  # a checkpoint written since: not the one it published
+    meta = checkpoints.checkpoint_dir(run, 3) / "meta.json"  # rewritten in place since
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "note": "rewritten"}))
     policy_for_sampling(run, 3)
     grpo_update(run, 3, _samples(seed=4), POLICY, RLConfig(micro_batch_size=5), 1.0, 0)
     assert len(made) == 3
