@@ -137,15 +137,11 @@ def lora_sync(model, model_dir: str, settings: ServerSettings, req: SampleReques
     return out
 
 
-def full_sync(server: VLLMServer, model, model_dir: str, probe: list[int]) -> dict:
-    """Full weights loaded in place, as flows/sampler.py syncs a version: a copy of the model
-    with every MLP weight moved (a stand-in for an update) written as a checkpoint folder,
-    loaded into the running server and back, each timed (load + prefix-cache reset); the
-    server's log-probs of `probe` must change to the new weights' and back."""
+def perturbed(model, model_dir: str | Path, folder: str | Path):
+    """A copy of `model` with every MLP weight moved (a stand-in for an update), saved in
+    `folder` as a model folder like `model_dir` (its tokenizer files copied): the copy."""
     import copy  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
 
-    folder = Path(tempfile.mkdtemp(prefix="rollforge-full-bench-")) / "model"
     new = copy.deepcopy(model)
     torch.manual_seed(1)
     with torch.no_grad():
@@ -154,6 +150,18 @@ def full_sync(server: VLLMServer, model, model_dir: str, probe: list[int]) -> di
                 p.add_(0.02 * torch.randn_like(p))
     shutil.copytree(model_dir, folder)
     new.save_pretrained(str(folder))
+    return new
+
+
+def full_sync(server: VLLMServer, model, model_dir: str, probe: list[int]) -> dict:
+    """Full weights loaded in place, as flows/sampler.py syncs a version: a copy of the model
+    with every MLP weight moved (a stand-in for an update) written as a checkpoint folder,
+    loaded into the running server and back, each timed (load + prefix-cache reset); the
+    server's log-probs of `probe` must change to the new weights' and back."""
+    import tempfile  # noqa: PLC0415
+
+    folder = Path(tempfile.mkdtemp(prefix="rollforge-full-bench-")) / "model"
+    perturbed(model, model_dir, folder)
     try:
         before = server.prompt_logprobs(probe)
         out: dict = {"load_s": []}

@@ -23,8 +23,12 @@ completion is of the version its row names. The seconds each sync took are `engi
 the iteration, the in-place ones counted in `engine/sync_in_place`. When a managed server dies
 mid-stage (killed, crashed), the stage restarts it, syncs it, and samples the whole request
 again: a stage's result is all of its completions or none, so no row is lost or duplicated.
-A server at `sampling.engine_url` is someone else's: only adapters are loaded into it, and when
-it is gone the stage fails (and is retried by its stage policy).
+A server at `sampling.engine_url` is someone else's: rollforge never starts, restarts or stops
+it, and when it is gone the stage fails (and is retried by its stage policy). Versions reach it
+as LoRA adapters (the default for a LoRA policy) or as full weights (a full policy, or a merged
+LoRA version) loaded in place, the only way in: a failed or unchanged load fails the stage. Its
+first load has no version of this process to differ from (the server may hold those very
+weights already), so it is taken on the server's word; every later one is checked by the probe.
 
 Test hook: ROLLFORGE_FAULT_KILL_ENGINE="<version>:<n>:<marker file>" SIGKILLs the managed
 server's process group once, in this process's n-th request for that version (1-based), after
@@ -231,9 +235,10 @@ class RunEngine:
 
     def _weights(self, version: int) -> str:
         """The folder a full-weights (or merged LoRA) server serves version `version` from."""
+        # absolute: a server at engine_url runs elsewhere, in a directory of its own
         if self.cfg.policy.lora_rank > 0:
-            return self._merged(version)
-        return str(model_dir(self.cfg.run_dir, version))
+            return str(Path(self._merged(version)).resolve())
+        return str(model_dir(self.cfg.run_dir, version).resolve())
 
     def _reload(self, version: int) -> bool:
         """Load `version` into the running server in place and check it took; False (after a
@@ -241,21 +246,26 @@ class RunEngine:
         mode = self.cfg.sampling.engine_full_sync
         if mode == "restart":
             return False
+        remote = bool(self.cfg.sampling.engine_url)
+        ids = list(policy_tokenizer(self.cfg.run_dir, version).encode(PROBE_TEXT))
         try:
-            if self._probe is None:  # the served version's, before the load
-                ids = list(policy_tokenizer(self.cfg.run_dir, version).encode(PROBE_TEXT))
+            if self._probe is None and not remote:  # the served version's, before the load
                 self._probe = ids, self.server.prompt_logprobs(ids)
-            ids, before = self._probe
             self.server.reload_weights(self._weights(version))
             after = self.server.prompt_logprobs(ids)
-            if after == before:
-                raise EngineError(f"the server's log-probs of the probe are v{self.version}'s to "
-                                  f"the last bit after loading v{version}: the load changed nothing")
+            if self._probe is not None and after == self._probe[1]:
+                raise EngineError(f"the server's log-probs of the probe are those of the version "
+                                  f"it served before to the last bit after loading v{version}: "
+                                  "the load changed nothing")
         except EngineError as exc:
+            # the weights served are unknown now. A managed server: the stage's retry starts a
+            # fresh one. A server at engine_url cannot be restarted: the retry loads again,
+            # checked against the last version known to have loaded (the probe kept)
+            self.version = None
+            if remote:
+                raise
             self._probe = None
             if mode == "in_place":
-                # the weights served are unknown now: the stage's retry starts a fresh server
-                self.version = None
                 raise
             self.fallbacks += 1
             log.warning("loading v%d into the vLLM server in place failed (%s): restarting it on "
@@ -282,12 +292,13 @@ class RunEngine:
         t = time.perf_counter()
         lora = self._lora()
         how = "restarted"
-        if self.server is None or not lora:
-            if self.cfg.sampling.engine_url and not lora:
-                raise EngineError(f"sampling.engine_url={self.cfg.sampling.engine_url}: a server "
-                                  "rollforge does not run can only be synced to LoRA adapters "
-                                  "(policy.lora_rank > 0); for full weights let the run start its "
-                                  "own (leave engine_url unset)")
+        if self.cfg.sampling.engine_url:
+            if self.server is None:
+                self._start(version)  # connects
+            if not lora:
+                self._reload(version)  # in place or not at all: raises when it did not take
+                how = "loaded in place"
+        elif self.server is None or not lora:
             if self.server is not None and self.version is not None and self._reload(version):
                 how = "loaded in place"
             else:

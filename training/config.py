@@ -66,10 +66,15 @@ class SamplingConfig(BaseModel):
         "`engine_full_sync`) "
         "and stops at its end, or the one at `engine_url`. Hugging Face policies only")
     engine_url: str | None = Field(
-        None, description="a vLLM server already running (http://host:port), serving this run's "
-        "base model, started with --enable-lora for a LoRA policy: rollforge neither starts, "
-        "restarts nor stops it, and syncs only LoRA adapters into it (their folder must be "
-        "readable at the same path there). None: rollforge runs its own")
+        None, description="a vLLM server already running (http://host:port) of this run's "
+        "architecture and tokenizer: rollforge neither starts, restarts nor stops it. A LoRA "
+        "policy's versions are loaded into it as adapters (it serves the base, started with "
+        "--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=1); full weights (and "
+        "engine_lora_sync: merged) in place, as `engine_full_sync: in_place` does (it was "
+        "started with VLLM_SERVER_DEV_MODE=1; its first load is taken on the server's word, "
+        "later ones checked by the probe). Either way a version's folder must be readable at the "
+        "same path there, and a server taking full weights serves one run at a time. None: "
+        "rollforge runs its own")
     engine_threads: int | None = Field(
         None, ge=1, description="OpenMP threads of the managed vLLM server's forward pass; None: "
         "the run's `threads.torch` budget (the server and the flow's torch take turns: one samples "
@@ -80,7 +85,7 @@ class SamplingConfig(BaseModel):
         "full weights are (`engine_full_sync`); `adapter`, the adapter loaded into the running server by name (a tenth of a "
         "second, no restart, but vLLM's CPU build decodes through an adapter 3.3x slower: 54.5 "
         "against 181.6 tokens/s, bench/bench_engine.py). None: `merged` for a server rollforge "
-        "runs, `adapter` for one at engine_url (which it cannot restart)")
+        "runs, `adapter` for one at engine_url (which other runs may share)")
     engine_full_sync: Literal["auto", "in_place", "restart"] = Field(
         "auto", description="how full weights (and a merged LoRA version) reach the managed vLLM "
         "server: `in_place`, the version's folder loaded into the running server (vLLM's "
@@ -89,7 +94,8 @@ class SamplingConfig(BaseModel):
         "a fixed probe changing, and a failure fails the stage; `restart`, the server restarted "
         "on the folder (80-105 s against 1.5-6 s in place for SmolLM2-135M on a 2-core CPU, "
         "docs/benchmarks.md); "
-        "`auto`, in place with a restart (logged, engine/sync_fallbacks) when the load fails")
+        "`auto`, in place with a restart (logged, engine/sync_fallbacks) when the load fails, "
+        "and for a server at engine_url (which cannot be restarted) `in_place`")
     turns: Literal["auto", "per_episode", "synchronous"] = Field(
         "auto", description="how multi-turn episodes take turns (flows/episodes.py `play`): "
         "`per_episode`, each episode's next action is requested as soon as its own step "
@@ -107,10 +113,11 @@ class SamplingConfig(BaseModel):
         if self.engine_url is not None and self.engine != "vllm":
             raise ValueError(f"sampling.engine_url is set ({self.engine_url}) but sampling.engine "
                              f"is {self.engine!r}: set sampling.engine: vllm to use it")
-        if self.engine_url is not None and self.engine_lora_sync == "merged":
-            raise ValueError("sampling.engine_lora_sync=merged restarts the server on the merged "
-                             "weights; a server at sampling.engine_url is not rollforge's to "
-                             "restart: use engine_lora_sync: adapter")
+        if self.engine_url is not None and self.engine_full_sync == "restart":
+            raise ValueError("sampling.engine_full_sync=restart restarts the server on each "
+                             "version; a server at sampling.engine_url is not rollforge's to "
+                             "restart: leave engine_full_sync at auto (in place) or use a LoRA "
+                             "policy's adapters (engine_lora_sync: adapter)")
         if self.engine_url is not None and not self.engine_url.startswith(("http://", "https://")):
             raise ValueError(f"sampling.engine_url={self.engine_url!r}: expected http://host:port")
         return self

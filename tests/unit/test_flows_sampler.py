@@ -70,10 +70,19 @@ def test_a_request_of_groups_already_is_left_as_it_is():
     ({"engine_url": "http://127.0.0.1:8000"}, "sampling.engine is 'local'"),
     ({"engine": "vllm", "engine_url": "127.0.0.1:8000"}, "expected http://host:port"),
     ({"engine": "sglang"}, "engine"),
+    ({"engine": "vllm", "engine_url": "http://127.0.0.1:8000", "engine_full_sync": "restart"},
+     "not rollforge's to restart"),
 ])
 def test_engine_settings_are_checked_at_the_door(sampling, named):
     with pytest.raises(ValueError, match=named):
         validate_config({"sampling": sampling})
+
+
+def test_a_server_at_an_address_takes_full_weights_and_merged_lora_versions():
+    for sync in ({}, {"engine_lora_sync": "merged"}, {"engine_full_sync": "in_place"}):
+        cfg = validate_config({"sampling": {"engine": "vllm", "engine_url": "http://h:8000",
+                                            **sync}})
+        assert cfg.sampling.engine_url == "http://h:8000"
 
 
 def test_a_run_on_an_engine_that_is_not_built_exits_2_naming_what_to_run(tmp_path):
