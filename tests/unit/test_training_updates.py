@@ -1,4 +1,5 @@
-"""The RL update and the warm start through a real DeepSpeed engine (one process, gloo, CPU)."""
+"""The RL update through a real DeepSpeed engine (one process, gloo, CPU); the warm start's own
+tests: test_training_warm_start.py."""
 import dataclasses
 import json
 import math
@@ -9,14 +10,10 @@ import pytest
 import torch
 
 from training import checkpoints
-from training.config import PolicyConfig, RLConfig, SFTConfig
+from training.config import RLConfig, SFTConfig
 from training.policy import load_policy
 from training.trainer import RLSample, grpo_update, sft_warm_start
-
-POLICY = PolicyConfig(n_layer=1, n_embd=32, n_head=2, max_len=64)
-PROMPTS = [f"def f{i}(x):\n" for i in range(4)]
-REFS = [f"    return x * {i}\n" for i in range(4)]
-
+from training_common import POLICY, PROMPTS, REFS, max_diff, weights
 
 def _samples(n=10, seed=1):
     r = random.Random(seed)
@@ -27,14 +24,6 @@ def _samples(n=10, seed=1):
         out.append(RLSample(p, c, [-r.uniform(2, 6) for _ in c], r.choice([-1.0, 1.0]) * r.random(),
                             reward=float(r.randrange(2)), group_id=i // 5))
     return out
-
-
-def _weights(run_dir, version):
-    return load_policy(str(checkpoints.checkpoint_dir(run_dir, version) / "model")).state_dict()
-
-
-def _max_diff(a, b):
-    return max((a[k].float() - b[k].float()).abs().max().item() for k in a)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +45,8 @@ def test_token_budget_micro_batches_give_the_same_step_as_one_micro_batch(base, 
     small = grpo_update(a, 0, _samples(), POLICY, RLConfig(micro_batch_tokens=40), 1.0, 0)
     grpo_update(b, 0, _samples(), POLICY, RLConfig(micro_batch_tokens=10_000), 1.0, 0)
     assert small["train/micro_steps"] > 2 * 1  # several micro-batches per step (2 epochs)
-    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
-    assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4  # and the step did move the weights
+    assert max_diff(weights(a, 1), weights(b, 1)) < 1e-6
+    assert max_diff(weights(a, 1), weights(a, 0)) > 1e-4  # and the step did move the weights
 
 
 def test_one_process_micro_batches_give_the_same_step_as_one_micro_batch(base, tmp_path):
@@ -66,8 +55,8 @@ def test_one_process_micro_batches_give_the_same_step_as_one_micro_batch(base, t
     small = grpo_update(a, 0, _samples(), POLICY, RLConfig(micro_batch_size=3), 1.0, 0)
     grpo_update(b, 0, _samples(), POLICY, RLConfig(micro_batch_size=64), 1.0, 0)
     assert small["train/micro_steps"] == 2 * 4
-    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
-    assert _max_diff(_weights(a, 1), _weights(a, 0)) > 1e-4
+    assert max_diff(weights(a, 1), weights(b, 1)) < 1e-6
+    assert max_diff(weights(a, 1), weights(a, 0)) > 1e-4
 
 
 def test_one_plain_rank_skips_deepspeeds_gradient_all_reduce_and_steps_the_same(
@@ -85,9 +74,9 @@ def test_one_plain_rank_skips_deepspeeds_gradient_all_reduce_and_steps_the_same(
     assert seen == [True]
     monkeypatch.setattr(eng, "lone_plain_rank", lambda e: False)  # DeepSpeed's own path
     grpo_update(b, 0, _samples(), POLICY, rl, 1.0, 0)
-    wa, wb = _weights(a, 1), _weights(b, 1)
+    wa, wb = weights(a, 1), weights(b, 1)
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert _max_diff(wa, _weights(a, 0)) > 1e-4
+    assert max_diff(wa, weights(a, 0)) > 1e-4
     sa, sb = (torch.load(checkpoints.checkpoint_dir(r, 1) / "engine" / "state" /
                          "mp_rank_00_model_states.pt", weights_only=False)["optimizer"]["state"]
               for r in (a, b))
@@ -146,7 +135,7 @@ def test_zero_advantage_samples_count_in_the_normaliser_of_every_loss_type(base,
     grpo_update(both, 0, [a_, b_], POLICY, rl, 1.0, 0, list(zip(PROMPTS, REFS)))
     scaled = dataclasses.replace(a_, advantage=a_.advantage * share)
     grpo_update(alone, 0, [scaled], POLICY, rl, 1.0, 0, list(zip(PROMPTS, REFS)))
-    assert _max_diff(_weights(both, 1), _weights(alone, 1)) < 1e-6
+    assert max_diff(weights(both, 1), weights(alone, 1)) < 1e-6
 
 
 def test_zero_advantage_samples_still_feel_the_kl_term(base, tmp_path):
@@ -156,7 +145,7 @@ def test_zero_advantage_samples_still_feel_the_kl_term(base, tmp_path):
     flat = [dataclasses.replace(s, advantage=0.0) for s in _samples(seed=2)]
     out = grpo_update(run, 1, flat, POLICY, rl, 1.0, 0)
     assert out["train/kl"] > 0.0
-    assert _max_diff(_weights(run, 2), _weights(run, 1)) > 1e-5  # pulled back towards v0
+    assert max_diff(weights(run, 2), weights(run, 1)) > 1e-5  # pulled back towards v0
 
 
 @pytest.mark.parametrize("stage, dtype", [(1, "fp32"), (2, "bf16"), (3, "fp32")])
@@ -168,28 +157,14 @@ def test_zero_stages_update_resume_and_export_their_weights(tmp_path, stage, dty
     sft_warm_start(run, PROMPTS, REFS, POLICY, SFTConfig(steps=2, batch_size=4), rl, 0)
     out = grpo_update(run, 0, _samples(), POLICY, rl, 1.0, 0)
     assert out["train/optimizer_restored"] == 1 and math.isfinite(out["train/loss"])
-    w0, w1 = _weights(run, 0), _weights(run, 1)
-    assert _max_diff(w1, w0) > 0
+    w0, w1 = weights(run, 0), weights(run, 1)
+    assert max_diff(w1, w0) > 0
     exported = export_checkpoint(run, "latest", str(tmp_path / "hf"), from_engine=True)
     from transformers import AutoModelForCausalLM
 
     fp32 = AutoModelForCausalLM.from_pretrained(str(exported)).state_dict()
     assert next(iter(fp32.values())).dtype == torch.float32
-    assert _max_diff(fp32, w1) <= (1e-2 if dtype == "bf16" else 0.0)  # bf16 rounding only
-
-
-def test_a_warm_start_resumed_after_an_interruption_ends_where_an_uninterrupted_one_does(tmp_path):
-    sft = SFTConfig(steps=6, batch_size=4, save_every=2, warmup_steps=2)
-    whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
-    sft_warm_start(whole, PROMPTS, REFS, POLICY, sft, RLConfig(), 0)
-    stopped = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, stop_after=5)
-    assert stopped == {"sft/stopped_at": 5, "sft/resumed_from": 0}
-    assert not checkpoints.exists(broken, 0)
-    resumed = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0)
-    assert resumed["sft/resumed_from"] == 4  # the last save; steps 4 and 5 run again
-    a, b = _weights(whole, 0), _weights(broken, 0)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-    assert not checkpoints.sft_progress_dir(broken).exists()
+    assert max_diff(fp32, w1) <= (1e-2 if dtype == "bf16" else 0.0)  # bf16 rounding only
 
 
 def _fake_version(run, v):
@@ -241,83 +216,6 @@ def test_replay_pulls_the_rl_step_towards_the_reference_solutions(base, tmp_path
                     1.0, 0)
 
 
-def _lrs(sched, n):
-    out = []
-    for _ in range(n):
-        out.append(sched.get_last_lr()[0])
-        sched.optimizer.step()
-        sched.step()
-    return out
-
-
-def test_hold_decay_holds_the_peak_until_the_criterion_then_decays_to_a_tenth():
-    from training.sft_steps import WarmupHoldDecay  # noqa: PLC0415
-
-    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    s = WarmupHoldDecay(opt, peak=1.0, warmup=2, decay=4)
-    assert _lrs(s, 6) == [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]  # no criterion yet: the peak, however long
-    s.decay_from = 6
-    assert _lrs(s, 6) == pytest.approx([1.0, 0.775, 0.55, 0.325, 0.1, 0.1])
-    again = WarmupHoldDecay(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0), 1.0, 2, 4)
-    again.load_state_dict(s.state_dict())  # what a resumed warm start restores
-    assert again.decay_from == 6 and again.last_epoch == s.last_epoch
-
-
-def _scripted_probe(rates):
-    seen = []
-
-    def probe(model):
-        assert isinstance(model, torch.nn.Module)  # the weights being trained
-        seen.append(len(seen))
-        return rates[min(len(seen) - 1, len(rates) - 1)]
-    return probe, seen
-
-
-def test_a_warm_start_until_a_criterion_decays_from_the_first_probe_that_meets_it(tmp_path):
-    sft = SFTConfig(steps=40, batch_size=4, warmup_steps=1, until_pass=0.8, probe_every=3,
-                    decay_steps=5)
-    probe, seen = _scripted_probe([0.1, 0.5, 0.9, 0.2])
-    m = sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=probe)
-    # probes after steps 3, 6, 9 (0.9 >= 0.8: the decay starts), then 5 decay steps and a final probe
-    assert m["sft/criterion_met_at"] == 9 and m["sft/decay_from"] == 9 and m["sft/steps"] == 14
-    assert m["sft/probes"] == 3 and len(seen) == 4 and m["sft/probe_pass"] == 0.2
-    assert checkpoints.read_meta(checkpoints.checkpoint_dir(str(tmp_path / "r"), 0))["sft/steps"] == 14
-
-
-def test_a_criterion_never_met_still_ends_within_steps_with_its_decay(tmp_path):
-    sft = SFTConfig(steps=12, batch_size=4, warmup_steps=1, until_pass=1.0, probe_every=2,
-                    decay_steps=4)
-    probe, seen = _scripted_probe([0.0])
-    m = sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=probe)
-    assert m["sft/steps"] == 12 and m["sft/decay_from"] == 8 and math.isnan(m["sft/criterion_met_at"])
-    assert m["sft/probes"] == 4  # after steps 2, 4, 6, 8; none during the decay
-
-
-def test_a_warm_start_until_a_criterion_resumes_with_its_decay_point(tmp_path):
-    sft = SFTConfig(steps=40, batch_size=4, warmup_steps=1, until_pass=0.5, probe_every=2,
-                    decay_steps=6, save_every=3)
-    whole, broken = str(tmp_path / "whole"), str(tmp_path / "broken")
-    sft_warm_start(whole, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, probe=_scripted_probe([0.0, 0.6])[0])
-    stopped = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0, stop_after=7,
-                             probe=_scripted_probe([0.0, 0.6])[0])
-    assert stopped["sft/stopped_at"] == 7
-    # resumed from the save after step 6: the decay point (step 4) comes back with the engine
-    # state, so no probe runs again and the warm start ends at 4 + 6 as the whole one did
-    resumed = sft_warm_start(broken, PROMPTS, REFS, POLICY, sft, RLConfig(), 0,
-                             probe=_scripted_probe([0.0])[0])
-    assert resumed["sft/resumed_from"] == 6 and resumed["sft/steps"] == 10
-    a, b = _weights(whole, 0), _weights(broken, 0)
-    assert all(torch.equal(a[k], b[k]) for k in a)
-
-
-def test_until_pass_without_a_probe_or_with_a_decay_as_long_as_steps_is_refused(tmp_path):
-    with pytest.raises(ValueError, match="needs a probe"):
-        sft_warm_start(str(tmp_path / "r"), PROMPTS, REFS, POLICY,
-                       SFTConfig(steps=10, until_pass=0.5, decay_steps=2), RLConfig(), 0)
-    with pytest.raises(ValueError, match="decay_steps=10 must be less than sft.steps=10"):
-        SFTConfig(steps=10, until_pass=0.5, decay_steps=10)
-
-
 # ---- one-step off-policy samples (rl.overlap): the decoupled PPO objective ----------------
 
 def _exact(run_dir, version, samples):
@@ -364,8 +262,8 @@ def test_stale_samples_whose_sampler_agreed_with_the_start_give_the_on_policy_st
     assert stale["train/staleness"] == 1 and stale["train/stale_samples"] == 10
     assert stale["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-4)
     assert stale["train/is_weight_capped"] == 0.0
-    assert _max_diff(_weights(a, 2), _weights(b, 2)) < 1e-6
-    assert _max_diff(_weights(a, 2), _weights(a, 1)) > 1e-4
+    assert max_diff(weights(a, 2), weights(b, 2)) < 1e-6
+    assert max_diff(weights(a, 2), weights(a, 1)) > 1e-4
 
 
 @pytest.mark.parametrize("shift, weight, capped", [(math.log(2), 0.5, 0.0),
@@ -448,42 +346,8 @@ def test_grpo_trains_on_per_token_advantages_where_the_samples_carry_them(base, 
             for s in plain]
     for run, samples in ((a, plain), (b, same), (c, half)):
         grpo_update(run, 0, samples, POLICY, rl, 1.0, 0)
-    assert _max_diff(_weights(a, 1), _weights(b, 1)) < 1e-6
-    assert _max_diff(_weights(a, 1), _weights(c, 1)) > 1e-5
-
-
-def test_a_warm_start_of_no_steps_needs_no_data_and_publishes_the_model_as_it_is(tmp_path):
-    # a run whose sources are multi-turn only (no reference pairs) starting from a pretrained
-    # model: version 0 is that model
-    run = str(tmp_path / "run")
-    out = sft_warm_start(run, [], [], POLICY, SFTConfig(steps=0),
-                         RLConfig(), 0)
-    assert out["sft/steps"] == 0 and out["sft/examples"] == 0
-    assert checkpoints.exists(run, 0)
-    with pytest.raises(ValueError, match="3 steps needs at least one task with a reference"):
-        sft_warm_start(str(tmp_path / "other"), [], [], POLICY, SFTConfig(steps=3), RLConfig(), 0)
-
-
-def test_a_warm_start_on_encoded_demonstrations_trains_as_on_the_same_written_ones(tmp_path):
-    """`encoded` (a chat template's episodes as tokens: flows/warm_start.py `tool_demos`) is
-    the same data as a written transcript once encoded: the same published weights; and its
-    mask is read (the same tokens all marked the policy's train to other weights)."""
-    from training.episodes import encode_transcript
-    from training.tokenizer import ByteTokenizer
-
-    tok = ByteTokenizer()
-    demos = [(PROMPTS[i], [(REFS[i], True), ("obs: FAIL\n", False), ("<submit/>", True)])
-             for i in range(4)]
-    encoded = [encode_transcript(tok, p, segs) for p, segs in demos]
-    sft = SFTConfig(steps=3, batch_size=4, warmup_steps=1)
-    runs = {name: str(tmp_path / name) for name in ("written", "encoded", "mask")}
-    sft_warm_start(runs["written"], [], [], POLICY, sft, RLConfig(), 0, demos=demos)
-    sft_warm_start(runs["encoded"], [], [], POLICY, sft, RLConfig(), 0, encoded=encoded)
-    all_policy = [(p, c, [1] * len(c)) for p, c, _ in encoded]
-    sft_warm_start(runs["mask"], [], [], POLICY, sft, RLConfig(), 0, encoded=all_policy)
-    written = _weights(runs["written"], 0)
-    assert _max_diff(written, _weights(runs["encoded"], 0)) == 0.0
-    assert _max_diff(_weights(runs["mask"], 0), written) > 1e-6
+    assert max_diff(weights(a, 1), weights(b, 1)) < 1e-6
+    assert max_diff(weights(a, 1), weights(c, 1)) > 1e-5
 
 
 def test_the_engine_held_between_updates_publishes_what_a_fresh_one_would_bit_for_bit(
