@@ -40,9 +40,10 @@ def med(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def starting_logprobs(run_dir: str, version: int, rows: list[dict], max_len: int,
-                      temperature: float) -> list[list[float]]:
-    """Each row's completion log-probs under version `version` (no gradient)."""
+def version_logprobs(run_dir: str, version: int, rows: list[dict], max_len: int,
+                    temperature: float) -> list[list[float]]:
+    """Each row's completion log-probs under version `version` (no gradient): the sampling
+    log-probs the flow would have kept for rows that version sampled."""
     import torch
 
     from training.batch import RLSample, make_batch, token_logprobs
@@ -68,7 +69,7 @@ def run_way(way: str, batches: list[list[dict]], cfg, run_dir: str) -> list[dict
     temperature = cfg.sampling.temperature
     out = []
     for k, rows in enumerate(batches):
-        old = starting_logprobs(run_dir, k, rows, cfg.policy.max_len, temperature)
+        old = version_logprobs(run_dir, k, rows, cfg.policy.max_len, temperature)
         samples = []
         for r, lp in zip(rows, old):
             a = r["advantage"]
