@@ -101,8 +101,8 @@ def _register_transfer(sub: argparse._SubParsersAction) -> None:
         "transfer", help="the transfer matrix: base and runs' final checkpoints x sources",
         description="Evaluate the base model and each run's final checkpoint on every source "
                     "(reusing evaluations already in the store) and write the matrix of greedy "
-                    "pass@1 [Wilson 95%%] and its change from the base [paired bootstrap over "
-                    "tasks, 95%%] as transfer.md, transfer.csv and transfer.png. See "
+                    "pass@1 [Wilson 95%] and its change from the base [paired bootstrap over "
+                    "tasks, 95%] as transfer.md, transfer.csv and transfer.png. See "
                     "docs/evaluation.md.")
     t.add_argument("runs", nargs="+", metavar="RUN_DIR",
                    help="run folders; each contributes its newest finished checkpoint, "
