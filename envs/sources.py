@@ -136,8 +136,10 @@ def _pool(sources_json: str) -> tuple[Task, ...]:
     for s in sources:
         for t in load_source(s):
             if t.task_id in seen:
-                raise EnvError(f"tasks.sources[{s.label}]: task id {t.task_id!r} is also in "
-                               f"source {seen[t.task_id]!r}")
+                where = ("twice" if seen[t.task_id] == s.label
+                         else f"and so does source {seen[t.task_id]!r}")
+                raise EnvError(f"tasks.sources[{s.label}]: gives the task id {t.task_id!r} "
+                               f"{where}")
             seen[t.task_id] = s.label
             out.append(t)
     return tuple(out)

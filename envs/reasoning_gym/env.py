@@ -54,7 +54,8 @@ class ReasoningGymOptions(BaseModel):
                                                                "n_queens")],
         min_length=1, description="datasets: a name, or {name, options, levels}")
     tasks_per_level: int = Field(20, ge=1, le=10000, description="entries drawn per dataset "
-                                 "and level")
+                                 "and level (a question drawn again is one task: a dataset with "
+                                 "few distinct questions gives fewer)")
     heldout_fraction: float = Field(0.2, ge=0, lt=1, description="share of tasks held out (by "
                                     "a hash of the question)")
     seed: int = Field(0, description="run seed; each dataset and level gets its own generator "
@@ -92,7 +93,7 @@ class ReasoningGymPayload(BaseModel):
 @functools.lru_cache(maxsize=16)
 def _generate(options_json: str) -> tuple[Task, ...]:
     c = ReasoningGymOptions.model_validate_json(options_json)
-    tasks = []
+    tasks, seen = [], set()
     for spec in c.datasets:
         for level in spec.levels or [None]:
             seed = rgd.seed_of(c.seed, spec.name, level)
@@ -100,6 +101,11 @@ def _generate(options_json: str) -> tuple[Task, ...]:
             for i, entry in enumerate(rgd.entries(spec.name, spec.options, level, seed, size)):
                 question = str(entry["question"])
                 digest = hashlib.sha256(json.dumps([spec.name, question]).encode()).hexdigest()
+                if digest in seen:
+                    # a dataset with few distinct questions (n_queens' boards) draws one again:
+                    # one task, the first draw; the source has fewer than tasks_per_level
+                    continue
+                seen.add(digest)
                 held = int(digest[:8], 16) % 1000 < c.heldout_fraction * 1000
                 answer = entry.get("answer")
                 tasks.append(Task(

@@ -94,6 +94,19 @@ def test_tasks_are_deterministic_split_and_carry_no_answer_in_their_payload(env,
         env.validate(t)
 
 
+def test_a_question_drawn_again_is_one_task_not_a_refused_source():
+    """n_queens has few distinct boards at its default size: 60 draws repeat some."""
+    from envs.sources import SourceConfig, build_pool  # noqa: PLC0415
+
+    src = SourceConfig.model_validate({"name": "rg", "kind": "reasoning_gym", "options": {
+        "datasets": ["n_queens"], "tasks_per_level": 60}})
+    pool = build_pool([src])
+    ids = [t.task_id for t in pool]
+    assert 0 < len(ids) < 60 and len(set(ids)) == len(ids)
+    assert len({t.prompt for t in pool}) == len(pool)
+    assert sorted(t.payload["index"] for t in pool)[0] == 0  # the first draw of each is kept
+
+
 def test_a_curriculum_level_is_the_tasks_difficulty_and_changes_the_dataset(tasks):
     low, high = tasks["basic_arithmetic0"], tasks["basic_arithmetic2"]
     assert (low.difficulty, high.difficulty) == (0, 2)
