@@ -4,7 +4,7 @@ its own filtered successes (issue 40, item 3).
     .venv/bin/python bench/bench_rejection_round.py [--seeds 0 1] [--out /tmp/rollforge-bench-rs]
         [--config configs/default.yaml] [--base-steps 400] [--base-until-pass P]
         [--round-steps 150] [--round-lr 1e-3] [--tasks-per-iteration 64] [--n 4]
-        [--per-task-cap 4] [--set KEY=VALUE ...]
+        [--per-task-cap 4] [--no-control] [--set KEY=VALUE ...]
 
 Per seed, every step a `rollforge` command in a child process (no training loop of its own):
   1. `rollforge run` of one RL iteration: the warm start (`--base-steps` of SFT on the sources'
@@ -18,6 +18,8 @@ Per seed, every step a `rollforge` command in a child process (no training loop 
   4. `rollforge run --set policy.model_path=BASE/checkpoints/v0000/model --set sft.dataset=DATA`:
      `--round-steps` of SFT from v0 on that dataset (its v0 is the "after" checkpoint).
   5. `rollforge eval` of the new v0 on the same held-out tasks with the same seed.
+  6. The control (unless --no-control): step 4 without `sft.dataset`, so the same SFT steps from
+     v0 train on the sources' own training references, then step 5 on it.
 It prints before/after side by side per seed, with the paired count of held-out tasks that the
 round fixed and broke under greedy decoding (the same tasks both times, so the flips say more
 than two overlapping intervals), and writes results.json under --out. A finished step is not
@@ -75,6 +77,29 @@ def summary(rows: list[dict], seed: int) -> dict:
             "greedy_by_task": greedy}
 
 
+def round_run(args, common: list[str], run_id: str, base: Path, sets: list[str],
+              log: Path) -> float | None:
+    """`--round-steps` of SFT from the base's v0 as run `run_id` (skipped when its v0 is
+    there): on the exported successes (the round) or, without `sft.dataset`, on the sources'
+    own training references (the control)."""
+    if (base.parent / run_id / "checkpoints" / "v0000").exists():
+        return None
+    return sh(CLI + ["run", *common, "--set", f"run_id={run_id}",
+                     "--set", f"policy.model_path={base / 'checkpoints' / 'v0000' / 'model'}",
+                     *sets, "--set", f"sft.steps={args.round_steps}",
+                     "--set", "sft.until_pass=null", "--set", f"sft.lr={args.round_lr}",
+                     "--set", f"sft.warmup_steps={min(20, args.round_steps)}",
+                     "--set", "tasks.tasks_per_iteration=4"], log)
+
+
+def paired(before: dict, after: dict) -> dict:
+    """Greedy flips over the held-out tasks both evaluations scored."""
+    b, a = before["greedy_by_task"], after["greedy_by_task"]
+    both = sorted(set(b) & set(a))
+    return {"paired_tasks": len(both), "fixed": sum(a[t] and not b[t] for t in both),
+            "broken": sum(b[t] and not a[t] for t in both)}
+
+
 def one_seed(args: argparse.Namespace, seed: int) -> dict:
     out = Path(args.out) / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
@@ -84,43 +109,35 @@ def one_seed(args: argparse.Namespace, seed: int) -> dict:
     for kv in args.set:
         common += ["--set", kv]
     secs = {}
-    base, after = runs / "base", runs / "after"
+    base, data = runs / "base", out / "data"
     if not (base / "checkpoints" / "v0001").exists():
         secs["base_run"] = sh(CLI + ["run", *common, "--set", "run_id=base",
                                      "--set", f"sft.steps={args.base_steps}",
                                      "--set", f"sft.until_pass={args.base_until_pass or 'null'}",
                                      "--set", f"tasks.tasks_per_iteration={args.tasks_per_iteration}"],
                               out / "base_run.log")
+    arms = ["before", "after"] + (["control"] if args.control else [])
     evals = {}
-    for name, model in (("before", f"{base}:0"), ("after", f"{after}:0")):
-        if name == "after":
-            data = out / "data"
-            if not (data / "manifest.json").exists():
-                secs["export"] = sh(CLI + ["data", "export", "--store", str(base), "--out",
-                                           str(data), "--dedup", "--per-task-cap",
-                                           str(args.per_task_cap), "--overwrite"],
-                                    out / "export.log")
-            if not (after / "checkpoints" / "v0000").exists():
-                secs["round_run"] = sh(CLI + [
-                    "run", *common, "--set", "run_id=after",
-                    "--set", f"policy.model_path={base / 'checkpoints' / 'v0000' / 'model'}",
-                    "--set", f"sft.dataset={data}", "--set", f"sft.steps={args.round_steps}",
-                    "--set", "sft.until_pass=null", "--set", f"sft.lr={args.round_lr}",
-                    "--set", f"sft.warmup_steps={min(20, args.round_steps)}",
-                    "--set", "tasks.tasks_per_iteration=4"], out / "round_run.log")
+    for name in arms:
+        if name == "after" and not (data / "manifest.json").exists():
+            secs["export"] = sh(CLI + ["data", "export", "--store", str(base), "--out", str(data),
+                                       "--dedup", "--per-task-cap", str(args.per_task_cap),
+                                       "--overwrite"], out / "export.log")
+        if name != "before":
+            sets = ["--set", f"sft.dataset={data}"] if name == "after" else []
+            took = round_run(args, common, name, base, sets, out / f"{name}_run.log")
+            if took is not None:
+                secs[f"{name}_run"] = took
         store = out / f"eval-{name}"
+        model = f"{base}:0" if name == "before" else f"{runs / name}:0"
         if not list(store.glob("_evaluations/*/rows/*.parquet")):
             secs[f"eval_{name}"] = sh(CLI + ["eval", "--model", model, "--n", str(args.n),
                                              "--k", "1", "--seed", str(seed), "--chunk-size",
                                              "256", "--store", str(store)], out / f"eval_{name}.log")
         evals[name] = summary(eval_rows(store), seed)
-    manifest = json.loads((out / "data" / "manifest.json").read_text())
-    b, a = evals["before"]["greedy_by_task"], evals["after"]["greedy_by_task"]
-    common_tasks = sorted(set(b) & set(a))
-    return {"seed": seed, "before": evals["before"], "after": evals["after"],
-            "paired_tasks": len(common_tasks),
-            "fixed": sum(a[t] and not b[t] for t in common_tasks),
-            "broken": sum(b[t] and not a[t] for t in common_tasks),
+    manifest = json.loads((data / "manifest.json").read_text())
+    return {"seed": seed, **evals, **paired(evals["before"], evals["after"]),
+            "control_flips": paired(evals["before"], evals["control"]) if args.control else None,
             "dataset": {k: manifest.get(k) for k in ("kept", "dropped")}, "seconds": secs}
 
 
@@ -138,6 +155,16 @@ def report(results: list[dict], n: int) -> str:
         lines.append(f"| {r['seed']} | {b['tasks']} | {kept} | {fmt(b['greedy'], b['greedy_ci'])} "
                      f"| {fmt(a['greedy'], a['greedy_ci'])} | {r['fixed']} / {r['broken']} "
                      f"| {fmt(b['sampled'], b['sampled_ci'])} | {fmt(a['sampled'], a['sampled_ci'])} |")
+    controls = [r for r in results if r.get("control")]
+    if controls:
+        lines += ["", "Control (the same SFT steps from the same base on the sources' own "
+                  "training references):", "",
+                  "| seed | greedy pass@1 | fixed / broken (greedy, paired with before) | "
+                  f"sampled pass@1 (n={n}) |", "|---|---|---|---|"]
+        for r in controls:
+            c, f = r["control"], r["control_flips"]
+            lines.append(f"| {r['seed']} | {fmt(c['greedy'], c['greedy_ci'])} | {f['fixed']} / "
+                         f"{f['broken']} | {fmt(c['sampled'], c['sampled_ci'])} |")
     return "\n".join(lines)
 
 
@@ -157,8 +184,12 @@ def main() -> None:
                     help="training tasks the base samples (group_size samples each)")
     ap.add_argument("--n", type=int, default=4, help="sampled completions a held-out task")
     ap.add_argument("--per-task-cap", type=int, default=4)
+    ap.add_argument("--control", action=argparse.BooleanOptionalAction, default=True,
+                    help="also the control arm: --round-steps of SFT from the same base on the "
+                         "sources' own training references (a gain of the round over it is the "
+                         "filter's, not more training's)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="config override for both runs (e.g. tasks.families=[add,mul])")
+                    help="config override for every run (e.g. tasks.families=[add,mul])")
     args = ap.parse_args()
     results = [one_seed(args, s) for s in args.seeds]
     Path(args.out).mkdir(parents=True, exist_ok=True)
