@@ -242,7 +242,8 @@ class RunEngine:
 
     def _reload(self, version: int) -> bool:
         """Load `version` into the running server in place and check it took; False (after a
-        warning) when it did not and the server must be restarted on it instead."""
+        warning) when it did not and the server must be restarted on it instead, an EngineError
+        where that cannot be (`in_place`, a server at engine_url)."""
         mode = self.cfg.sampling.engine_full_sync
         if mode == "restart":
             return False
