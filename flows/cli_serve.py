@@ -1,11 +1,15 @@
 """`rollforge serve`: register the training and evaluation deployments with a Prefect server
 and run the flow runs it schedules (or that operators start from the UI), until stopped.
 
-Two deployments, both with typed parameters that the UI shows as a form:
+Four deployments, each with typed parameters that the UI shows as a form:
   rollforge-train/train        config (the typed run config, a section per stage; default: the
                                --config file with --run-id and --set applied), config_file,
                                overrides                                 (default: daily 02:00 UTC)
   rollforge-evaluate/evaluate  run_dir, version                          (default: every 6 hours)
+  rollforge-evaluate-model/evaluate-model
+                               model, sources, n, split, seed, store, ... (default: every 6 hours)
+  rollforge-eval-transfer/eval-transfer
+                               base, runs, sources, out, n, split, ...    (on demand only)
 Each flow run executes in its own subprocess of this process. The equivalent for Prefect
 work pools and workers is `deployments/prefect.yaml` (see docs/operators.md).
 """
@@ -20,8 +24,10 @@ DEFAULT_EVAL_CRON = "0 */6 * * *"
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "serve", help="register the train/evaluate deployments with a Prefect server and run them",
-        description="Register the training deployment (rollforge-train/train) and the evaluation "
-        "deployment (rollforge-evaluate/evaluate) with the Prefect server at PREFECT_API_URL, "
+        description="Register the training deployment (rollforge-train/train), the evaluation "
+        "deployments (rollforge-evaluate/evaluate, rollforge-evaluate-model/evaluate-model) and "
+        "the transfer matrix's (rollforge-eval-transfer/eval-transfer, on demand) with the "
+        "Prefect server at PREFECT_API_URL, "
         "with schedules and typed parameters, then execute the runs the server hands out "
         "(scheduled ones and those started from the UI or API) until Ctrl-C. Schedules stay "
         "active when this process stops.",
@@ -43,10 +49,10 @@ def register(subparsers) -> None:
     g.add_argument("--eval-cron", default=DEFAULT_EVAL_CRON,
                    help="when the evaluation deployment runs (default: %(default)r)")
     g.add_argument("--eval-run-dir", default=None, metavar="DIR",
-                   help="default run_dir parameter of the evaluation deployment "
-                   "(default: <out_dir>/<run_id> of --config)")
+                   help="the run the evaluation deployments' forms start at (run_dir, model, "
+                   "the transfer's runs) (default: <out_dir>/<run_id> of --config)")
     g.add_argument("--no-schedules", action="store_true",
-                   help="register both deployments without schedules (runs only on demand)")
+                   help="register the deployments without schedules (runs only on demand)")
     p.add_argument("--limit", type=int, default=1,
                    help="flow runs executed at once by this process (default: %(default)s)")
     p.add_argument("--register-only", action="store_true",
@@ -89,7 +95,29 @@ def build_deployments(args: argparse.Namespace) -> list:
         name="evaluate-model", parameters={"model": args.eval_run_dir or cfg.run_dir},
         description="rollforge eval --model: a checkpoint, run or model on any sources into "
         "the store's evaluations table (docs/evaluation.md).", **eval_sched, **common)
-    return [train, evaluation, model_eval]
+    return [train, evaluation, model_eval, transfer_deployment(cfg, args, common)]
+
+
+def transfer_deployment(cfg, args: argparse.Namespace, common: dict):
+    """`rollforge eval transfer` as a deployment run on demand from the UI (no schedule): its
+    form starts at the config's run against its base on the config's own sources; the matrix
+    is written under the run and published as the `rollforge-transfer-matrix` artifact."""
+    import json
+
+    from flows.config import task_sources
+    from flows.eval_transfer_flow import transfer_flow
+
+    run_dir = args.eval_run_dir or cfg.run_dir
+    sources = [json.dumps(s.model_dump(mode="json", exclude_defaults=True), sort_keys=True)
+               for s in task_sources(cfg)]
+    return transfer_flow.to_deployment(
+        name="eval-transfer", parameters={
+            "base": cfg.policy.model_path or f"{run_dir}:0", "runs": [run_dir],
+            "sources": sources, "out": f"{run_dir}/transfer"},
+        description="rollforge eval transfer: the base and runs' final checkpoints on every "
+        "source; the matrix (pass@1 and its change from the base, with intervals) as "
+        "transfer.md/.csv/.png under `out` and the rollforge-transfer-matrix artifact "
+        "(docs/evaluation.md).", **common)
 
 
 def _serve(args: argparse.Namespace) -> int:

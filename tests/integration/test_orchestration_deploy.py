@@ -48,6 +48,10 @@ def test_triggered_deployment_run_completes_with_its_artifacts(server, tmp_path)
         assert [s["schedule"]["cron"] for s in train["schedules"]] == [crons["train"]]
         assert [s["schedule"]["cron"] for s in evaluation["schedules"]] == [crons["eval"]]
         assert set(evaluation["parameter_openapi_schema"]["properties"]) == {"run_dir", "version"}
+        transfer = wait("the eval-transfer deployment", lambda: api(
+            base, "GET", "/deployments/name/rollforge-eval-transfer/eval-transfer"), 60, [serve])
+        assert transfer["schedules"] == []  # on demand
+        assert transfer["parameters"]["runs"] == [str(out / "tiny")]
 
         # the deployment's config (tiny), two fields changed by overrides
         run = api(base, "POST", f"/deployments/{train['id']}/create_flow_run", {

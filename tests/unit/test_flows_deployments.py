@@ -33,10 +33,13 @@ def test_prefect_yaml_entrypoints_are_flows_whose_signatures_take_its_parameters
         flow = getattr(importlib.import_module(path[:-3].replace("/", ".")), fn)
         assert isinstance(flow, Flow)
         assert set(d["parameters"]) <= set(inspect.signature(flow.fn).parameters)
-        assert d["schedules"] and all(s["cron"] for s in d["schedules"])
+        # the transfer is run on demand; the others on a schedule
+        assert bool(d.get("schedules")) == (d["name"] != "eval-transfer")
+        assert all(s["cron"] for s in d.get("schedules", []))
         names.add(f"{flow.name}/{d['name']}")
     assert names == {"rollforge-train/train", "rollforge-evaluate/evaluate",
-                     "rollforge-evaluate-model/evaluate-model"}
+                     "rollforge-evaluate-model/evaluate-model",
+                     "rollforge-eval-transfer/eval-transfer"}
 
 
 def _serve_args(**kw) -> argparse.Namespace:
@@ -54,11 +57,13 @@ def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
     # prefect.yaml's train deployment takes the flow's default config (configs/default.yaml);
     # serve writes the same file's config out whole
     flow_defaults = {"train": {"config": FORM_DEFAULT.model_dump(mode="json")}, "evaluate": {},
-                     "evaluate-model": {}}
+                     "evaluate-model": {}, "eval-transfer": {}}
+    assert set(served) == {d["name"] for d in prefect_yaml["deployments"]}
     for d in prefect_yaml["deployments"]:
         s = served[d["name"]]
         assert s.parameters == {**flow_defaults[d["name"]], **d["parameters"]}
-        assert [x.schedule.cron for x in s.schedules] == [x["cron"] for x in d["schedules"]]
+        assert [x.schedule.cron for x in s.schedules] == [x["cron"] for x in
+                                                          d.get("schedules", [])]
         assert s.entrypoint.endswith(d["entrypoint"].split(":")[1])
     schema = served["train"]._parameter_openapi_schema.model_dump()
     assert set(schema["properties"]) == {"config", "config_file", "overrides"}
@@ -66,6 +71,12 @@ def test_serve_registers_the_same_deployments_as_prefect_yaml(prefect_yaml):
     assert train_flow.validate_parameters({})["config"] == FORM_DEFAULT
     model_form = served["evaluate-model"]._parameter_openapi_schema.model_dump()["properties"]
     assert {"model", "sources", "n", "split", "seed", "store", "chunk_size"} <= set(model_form)
+    transfer_form = served["eval-transfer"]._parameter_openapi_schema.model_dump()
+    assert set(transfer_form["required"]) == {"base", "runs", "sources", "out"}
+    from flows.eval_model import parse_source  # the form's default sources are ones it takes
+    from flows.config import load_config, task_sources
+    assert [parse_source(x) for x in served["eval-transfer"].parameters["sources"]] == \
+        task_sources(load_config("configs/default.yaml"))
 
 
 def _defs(schema: dict) -> dict:
@@ -82,7 +93,7 @@ def test_the_train_form_is_the_typed_config_with_the_config_files_values():
     from flows.cli_serve import build_deployments
     from flows.config import RunConfig, load_config
 
-    train, evaluation, _ = build_deployments(_serve_args(config="configs/tiny.yaml",
+    train, evaluation, *_ = build_deployments(_serve_args(config="configs/tiny.yaml",
                                                          overrides=["rl.lr=1e-4"]))
     schema = train._parameter_openapi_schema.model_dump()
     defs = _defs(schema)
