@@ -26,8 +26,21 @@ class Checkpoint:
     model: str      # what `rollforge eval --model` takes
 
 
+def has_training_tasks(src) -> bool:
+    """Whether a source gives the run anything to train on (HumanEval, a source with no
+    training split, does not); True when its tasks cannot be listed here."""
+    from envs.base import EnvError  # noqa: PLC0415
+    from envs.sources import load_source  # noqa: PLC0415
+
+    try:
+        return any(t.split == "train" for t in load_source(src))
+    except (EnvError, OSError, ValueError):
+        return True
+
+
 def trained_on(run_dir: str) -> str:
-    """What a run trained on, from its resolved config's sources: `io[add]`, `logic`, ..."""
+    """What a run trained on, from its resolved config's sources: `io[add]`, `logic`, ...;
+    a source with no training split (evaluated by the run, never trained on) is left out."""
     try:
         cfg = RunConfig.model_validate(registry.read_run_config(run_dir))
         srcs = task_sources(cfg)
@@ -35,10 +48,12 @@ def trained_on(run_dir: str) -> str:
         raise EvalInputError(f"run {run_dir!r}: cannot read what it trained on ({exc})") from None
     parts = []
     for s in srcs:
+        if not has_training_tasks(s):
+            continue
         fams = s.families or s.options.get("families")
         # the kind, not the source's label: configs name their io source "procedural"
         parts.append((s.kind or s.label) + (f"[{','.join(fams)}]" if fams else ""))
-    return "+".join(parts)
+    return "+".join(parts) or "no training task"
 
 
 def final_version(run_dir: str) -> int:

@@ -3,6 +3,7 @@ import csv
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +140,15 @@ def test_matrix_is_published_as_a_table_artifact_only_inside_a_flow_run(tmp_path
     assert [(c["checkpoint"], c["source"], c["pass1"], c["delta"]) for c in cells] == [
         ("base", "a", 0.5, None), ("run", "a", 1.0, 0.5)]
     assert art.description == to_markdown(m)
+
+
+def test_a_runs_label_names_what_it_trained_on_not_its_held_out_only_sources(monkeypatch):
+    """configs/smollm2.yaml evaluates HumanEval but has no training split of it."""
+    from flows import eval_transfer_flow  # noqa: PLC0415
+    from flows.config import load_config  # noqa: PLC0415
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "configs/smollm2.yaml")
+    monkeypatch.setattr(eval_transfer_flow.registry, "read_run_config",
+                        lambda run_dir: cfg.model_dump(mode="json"))
+    label = eval_transfer_flow.trained_on("runs/smollm2")
+    assert label.startswith("io[add,mul,") and label.endswith("]+testfile"), label
