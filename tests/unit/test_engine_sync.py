@@ -188,3 +188,15 @@ def test_full_weights_reach_a_server_at_an_address_in_place_and_a_bad_load_fails
     assert eng.server is there and there.version() == 2 and eng.version == 2
     eng.close()
     assert there.alive()  # someone else's: left running
+
+
+def test_closing_the_engine_deletes_its_merged_copies_and_keeps_the_server_log(run, tmp_path):
+    eng = run("auto")
+    scratch = Path(eng.cfg.run_dir) / "engine"
+    (scratch / "merged-v0002").mkdir(parents=True)
+    (scratch / "merged-v0002" / "model.safetensors").write_bytes(b"\0" * 64)
+    (scratch / "server-1.log").write_text("served\n")
+    eng.sync(0)
+    eng.close()
+    assert not list(scratch.glob("merged-v*")) and (scratch / "server-1.log").is_file()
+    assert not eng.server
