@@ -109,10 +109,20 @@ class ChatRenderer:
     def opening(self, user: str, system: str | None = None) -> list[dict]:
         """The first messages: the system message (with the tools as text where the template
         cannot render them) and the user's."""
-        if self.tools and not self.supports_tools:
-            system = (system + "\n\n" if system else "") + tools_prompt(self.tools)
-        return ([{"role": "system", "content": system}] if system else []) + \
-            [{"role": "user", "content": user}]
+        return self.with_tools(([{"role": "system", "content": system}] if system else [])
+                               + [{"role": "user", "content": user}])
+
+    def with_tools(self, messages: list[dict]) -> list[dict]:
+        """`messages` with the tools as text at the end of the system message (one first where
+        there is none) when the template cannot render them; else unchanged."""
+        if not (self.tools and not self.supports_tools):
+            return [dict(m) for m in messages]
+        out = [dict(m) for m in messages]
+        if out and out[0].get("role") == "system":
+            out[0]["content"] = (str(out[0]["content"]) + "\n\n" if out[0]["content"] else "") \
+                + tools_prompt(self.tools)
+            return out
+        return [{"role": "system", "content": tools_prompt(self.tools)}] + out
 
 
 @dataclass(frozen=True)

@@ -337,25 +337,48 @@ def validate_config(raw: dict) -> RunConfig:
         raise ConfigError(str(exc)) from None
     if not any(t.split == "train" for t in pool):
         raise ConfigError("tasks: the sources hold no training tasks")
-    if cfg.policy.model_path is None:  # the byte tokenizer: lengths are known without a model
-        check_prompts_fit(cfg, pool)
+    check_prompts_fit(cfg, pool)
     return cfg
 
 
 def check_prompts_fit(cfg: RunConfig, pool) -> None:
     """Refuse a pool whose longest first observation leaves no room for an action in
-    policy.max_len (the run would stop at its first turn on that task)."""
+    policy.max_len (the run would stop at its first turn on that task), measured in the
+    policy's own tokens as the loop renders its prompts (flows/episodes.py `first_misfit`):
+    the byte tokenizer's, or a pretrained model's where its folder is there already (a known
+    model not converted yet, or a .gguf file, is measured when the run plays)."""
     from envs.registry import env_for_task  # noqa: PLC0415
 
+    tok = _policy_tokenizer(cfg)
+    if tok is None:
+        return
+    from flows.episodes import first_misfit  # noqa: PLC0415
+
     played_by = {s.label: s.environment() for s in task_sources(cfg)}
-    for t in pool:
-        env = played_by.get(t.source) or env_for_task(t)
-        action = env.action_tokens(cfg.sampling.max_new_tokens)
-        need = len(env.reset(t)[1].encode()) + 1 + action  # BOS + the first observation + an action
-        if need > cfg.policy.max_len:
-            raise ConfigError(f"policy.max_len={cfg.policy.max_len}: task {t.task_id} of source "
-                              f"{t.source!r} needs {need} tokens (its prompt and an action of "
-                              f"{action}); raise policy.max_len or leave the task out")
+    misfit = first_misfit(list(pool), [played_by.get(t.source) or env_for_task(t) for t in pool],
+                          cfg.policy.max_len, tok, cfg.sampling.max_new_tokens)
+    if misfit is not None:
+        t, need, action = misfit
+        raise ConfigError(f"policy.max_len={cfg.policy.max_len}: task {t.task_id} of source "
+                          f"{t.source!r} needs {need} tokens (its prompt and an action of "
+                          f"{action}); raise policy.max_len or leave the task out")
+
+
+def _policy_tokenizer(cfg: RunConfig):
+    """The tokenizer the run's policy will have, where it can be had without converting or
+    loading a model; None otherwise."""
+    from training.tokenizer import ByteTokenizer, load_tokenizer  # noqa: PLC0415
+
+    path = cfg.policy.model_path
+    if path is None:
+        return ByteTokenizer()
+    from training import pretrained  # noqa: PLC0415
+
+    folder = pretrained.converted_dir(path) if pretrained.is_known(path) else Path(path)
+    if not folder.is_dir() or (pretrained.is_known(path)
+                               and not (folder / pretrained.MODEL_FILE).is_file()):
+        return None
+    return load_tokenizer(str(folder), chat_template=cfg.policy.chat_template)
 
 
 def task_sources(cfg: RunConfig) -> list[SourceConfig]:

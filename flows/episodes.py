@@ -17,6 +17,7 @@ progress`, and trains on the policy's tokens only.
 from __future__ import annotations
 
 import contextvars
+import json
 import threading
 import time
 from collections import defaultdict
@@ -310,8 +311,14 @@ class _Loop:
             if id(e) in self.ending:  # a kind that did not end it: it stays as it is
                 continue
             if e.chat:  # the turn's results as tool messages, in the template's own tokens
-                ids = e.chat.add_messages([{"role": "tool", "content": p}
-                                           for p in (parts or [seen])])
+                given = r.info.get("messages")  # a kind's own messages (user replies), by role
+                if given:
+                    share = max(32, e.env.obs_tokens // len(given))
+                    msgs = [{"role": m["role"], "content": fit_observation(tok, m["content"], share)}
+                            for m in given]
+                else:
+                    msgs = [{"role": "tool", "content": p} for p in (parts or [seen])]
+                ids = e.chat.add_messages(msgs)
                 e.text.append(e.chat.r.tok.decode(ids, skip_special_tokens=False))
             else:
                 e.tokens.add_env(tok.encode(observation_text(seen), bos=False))
@@ -350,28 +357,59 @@ def _start(tasks: list[Task], envs: list[Environment], group: int, max_len: int,
     renderers: dict[str, ChatRenderer] = {}
     eps = []
     for t, env in zip(tasks, envs):
-        state, obs = env.reset(t)
-        r = _renderer(env, tok, instruct, renderers)
-        ids = r.ids(r.opening(obs), True) if r else tok.encode_prompt(obs)
+        state, obs, r, opening, ids = _opening(t, env, tok, instruct, renderers)
         need = len(ids) + env.action_tokens(action_tokens)
         if need > max_len:  # a config that cannot fit the task, not a failure of the model
             raise ValueError(f"task {t.task_id}: its first observation is {len(ids)} tokens and "
                              f"an action up to {need - len(ids)}, more than policy.max_len="
                              f"{max_len}; raise policy.max_len or drop the task")
         for g in range(group):
-            chat = ChatEpisode(r, r.opening(obs), EpisodeTokens) if r else None
+            chat = ChatEpisode(r, opening, EpisodeTokens) if r else None
             eps.append(Episode(t, env, g, state, obs,
                                chat.tokens if chat else EpisodeTokens(list(ids)), chat=chat))
     return eps
 
 
+def _opening(t: Task, env: Environment, tok, instruct: bool, renderers: dict):
+    """A new episode's (state, first observation, chat renderer or None, opening messages or
+    None, prompt ids)."""
+    state, obs = env.reset(t)
+    r = _renderer(env, tok, instruct, renderers)
+    own = getattr(env, "opening_messages", lambda _t: None)(t) if r else None
+    opening = (r.with_tools(own) if own else r.opening(obs)) if r else None
+    ids = r.ids(opening, True) if r else tok.encode_prompt(obs)
+    return state, obs, r, opening, ids
+
+
+def first_misfit(tasks: list[Task], envs: list[Environment], max_len: int, tok,
+                 action_tokens: int) -> tuple[Task, int, int] | None:
+    """The first task whose prompt, as `play` renders it for `tok` (its chat template, a
+    kind's tools), and an action do not fit `max_len`: (task, tokens needed, action tokens);
+    None when all fit."""
+    instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+    renderers: dict[str, ChatRenderer] = {}
+    for t, env in zip(tasks, envs):
+        ids = _opening(t, env, tok, instruct, renderers)[-1]
+        action = env.action_tokens(action_tokens)
+        if len(ids) + action > max_len:
+            return t, len(ids) + action, action
+    return None
+
+
 def _renderer(env: Environment, tok, instruct: bool, cache: dict[str, ChatRenderer]
               ) -> ChatRenderer | None:
     """The chat renderer of a kind whose episodes run as messages with tools (its
-    `tool_kind`), one per kind; None for text actions."""
+    `tool_kind`), one per kind, or as messages without tools (`chat_messages`: a kind whose
+    environment answers in user messages) for an instruct policy; None for text actions."""
     kind = getattr(env, "tool_kind", None)  # only kinds with tools (envs/tools.py) have it
     if kind is None:
-        return None
+        if not (instruct and getattr(env, "chat_messages", False)):
+            return None
+        tools = list(getattr(env, "chat_tools", None) or [])
+        key = f"{env.name}:messages:" + json.dumps(tools, sort_keys=True)
+        if key not in cache:
+            cache[key] = ChatRenderer(tok, tools=tools or None, name=f"{env.name}:policy template")
+        return cache[key]
     if not instruct:
         raise ValueError(f"kind {env.name!r}: action_format='tools' needs a policy tokenizer "
                          "with a chat template (an instruct model with policy.chat_template: "

@@ -177,8 +177,7 @@ def _eval_config(raw: dict) -> RunConfig:
     except ValidationError as err:
         raise ConfigError(format_errors(err)) from None
     pool = build_pool(task_sources(cfg))  # EnvError: a source that does not load
-    if cfg.policy.model_path is None:
-        check_prompts_fit(cfg, pool)
+    check_prompts_fit(cfg, pool)
     return cfg
 
 

@@ -20,7 +20,7 @@ SHARED_PREFECT_ENV = "ROLLFORGE_TEST_PREFECT_SERVER"
 LONG_MODULES = ("test_engine_run.py", "test_engine_vllm.py", "test_update_ranks.py",
                 "test_clean_stop.py", "test_kind_folders.py", "test_flow_loop.py",
                 "test_repo_hacks.py", "test_overlap.py", "test_eval_transfer_cli.py",
-                "test_gateway_engine.py", "test_ui_browser.py")
+                "test_gateway_engine.py", "test_ui_browser.py", "test_verifiers_multiturn.py")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -74,3 +74,19 @@ def smollm2_dir():
     if not (path / pretrained.MODEL_FILE).is_file():
         pytest.skip(f"SmolLM2-135M-Instruct is not converted at {path}: run `make model`")
     return path
+
+
+@pytest.fixture(scope="session")
+def worker_step():
+    """`play`'s step function for a config, as the loop runs steps on a Dask worker: each batch
+    and its results pickled both ways, the steps run in this process (step_local)."""
+    import pickle  # noqa: PLC0415
+
+    from flows.episode_exec import step_local  # noqa: PLC0415
+
+    def make(cfg):
+        def step(turn, items):
+            out = step_local(pickle.loads(pickle.dumps(items)), cfg.sandbox, cfg.rewards)
+            return pickle.loads(pickle.dumps(out))
+        return step
+    return make

@@ -123,3 +123,27 @@ def test_every_shipped_config_validates(path):
             pytest.skip(f"{path} plays the kind {gone[1]!r}, whose folder this tree lacks")
         raise
     assert len(cfg.hash()) == 12
+
+
+def test_a_pretrained_policys_prompts_are_measured_in_its_chat_tokens_before_a_run(smollm2_dir):
+    """configs/smollm2-tools.yaml's agent episodes open with the tools in SmolLM2's system
+    message: the check renders them as the loop will and names the first task that does not
+    fit, with the count of its own tokens."""
+    import re  # noqa: PLC0415
+
+    from envs.chat import ChatRenderer  # noqa: PLC0415
+    from envs.tools import schemas  # noqa: PLC0415
+    from training.tokenizer import load_tokenizer  # noqa: PLC0415
+
+    with pytest.raises(ConfigError, match=r"policy.max_len=300: task (\S+) of source "
+                       r"'agent-tools' needs (\d+) tokens") as err:
+        load_config(ROOT / "configs/smollm2-tools.yaml", ["policy.max_len=300"])
+    task_id, need = re.search(r"task (\S+) of source 'agent-tools' needs (\d+)",
+                              str(err.value)).groups()
+    cfg = load_config(ROOT / "configs/smollm2-tools.yaml")
+    src = next(s for s in cfg.tasks.sources if s.label == "agent-tools")
+    env = src.environment()
+    task = next(t for t in env.generate() if t.task_id == task_id)
+    r = ChatRenderer(load_tokenizer(str(smollm2_dir)), tools=schemas(env.tool_kind))
+    ids = r.ids(r.opening(env.reset(task)[1]), True)
+    assert int(need) == len(ids) + env.action_tokens(cfg.sampling.max_new_tokens) > 300

@@ -12,7 +12,6 @@ import pytest
 
 from envs.registry import make_env
 from flows.config import load_config
-from flows.episode_exec import step_local
 from flows.episodes import play
 from flows.scoring import episode_metrics, episode_rows
 from flows.scripted import full_function
@@ -70,23 +69,21 @@ def tool_policy(tok, drawn, first_turn=None):
     return fn
 
 
-def _step(cfg):
-    def step(turn, items):  # pickled both ways, as on a Dask worker
-        out = step_local(pickle.loads(pickle.dumps(items)), cfg.sandbox, cfg.rewards)
-        return pickle.loads(pickle.dumps(out))
-    return step
+@pytest.fixture(scope="module")
+def step(cfg, worker_step):
+    return worker_step(cfg)
 
 
-def _play(cfg, tok, tasks, policy, **options):
+def _play(cfg, step, tok, tasks, policy, **options):
     env = make_env("agent", {**cfg.episodes.model_dump(mode="json"), "action_format": "tools",
                              "sft_demos": False, **options})
-    return play(tasks, [env] * len(tasks), 1, 2048, tok, 256, policy, _step(cfg))
+    return play(tasks, [env] * len(tasks), 1, 2048, tok, 256, policy, step)
 
 
 def test_tools_episodes_run_through_the_kinds_own_code_and_train_on_the_drawn_tokens(cfg, tok,
-                                                                                    tasks):
+                                                                                    tasks, step):
     drawn: dict = {}
-    eps = _play(cfg, tok, tasks, tool_policy(tok, drawn))
+    eps = _play(cfg, step, tok, tasks, tool_policy(tok, drawn))
     for e in eps:
         assert "FAIL" in e.observations[0] and e.final["end_reason"] == "submit"
         assert e.grade.solved, (e.task.task_id, e.grade)
@@ -117,10 +114,11 @@ def test_tools_episodes_run_through_the_kinds_own_code_and_train_on_the_drawn_to
         assert 0 <= seen["tests_passed"] < seen["tests_total"]
 
 
-def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(cfg, tok, tasks):
+def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(cfg, tok, tasks,
+                                                                              step):
     drawn: dict = {}
     bad = '<tool_call>\n{"name": "write_file", "arguments": {"path": "solution.py"}\n</tool_call>'
-    eps = _play(cfg, tok, tasks[:1], tool_policy(tok, drawn, first_turn=bad))
+    eps = _play(cfg, step, tok, tasks[:1], tool_policy(tok, drawn, first_turn=bad))
     e = eps[0]
     assert e.state.history[0]["action"] == "malformed"
     assert "tool calls cannot run" in e.observations[0] and "not valid JSON" in e.observations[0]
@@ -131,15 +129,15 @@ def test_a_malformed_call_is_an_observation_saying_why_and_the_episode_goes_on(c
     assert episode_metrics(eps)["episode/tool_valid_rate"] == pytest.approx(1 - 1 / e.tool_calls)
 
 
-def test_tools_need_a_chat_template_and_xml_stays_the_default(cfg, tasks):
+def test_tools_need_a_chat_template_and_xml_stays_the_default(cfg, tasks, step):
     assert make_env("agent", cfg.episodes.model_dump(mode="json")).tool_kind is None
     assert make_env("agent", {"action_format": "tools"}).config.sft_demos  # tool-call demos
     with pytest.raises(ValueError, match="needs a policy tokenizer with a chat template"):
-        _play(cfg, ByteTokenizer(), tasks[:1], tool_policy(ByteTokenizer(), {}))
+        _play(cfg, step, ByteTokenizer(), tasks[:1], tool_policy(ByteTokenizer(), {}))
 
 
-def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_loop(cfg, tok,
-                                                                                  monkeypatch):
+def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_loop(
+        cfg, tok, monkeypatch, worker_step):
     """flows/warm_start.py `tool_demos`: the scripted turns (a naive attempt and run_tests,
     then the reference and submit) as Hermes tool calls, played by the run's own loop through
     the real sandbox and grader in SmolLM2's template; each demonstration is a solving episode's
@@ -149,7 +147,7 @@ def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_lo
     from envs.toolcalls import parse_tool_calls
 
     monkeypatch.setattr(ws, "_policy_tokenizer", lambda _cfg: tok)
-    monkeypatch.setattr(ws, "_step_fn", _step)  # in this process, not on a Dask cluster
+    monkeypatch.setattr(ws, "_step_fn", worker_step)  # in this process, not on a Dask cluster
     src = SourceConfig(kind="agent", options={
         "action_format": "tools", "max_turns": 3, "demo_first_try_share": 0.0,
         "procedural": {"families": EDGES, "tasks_per_family": 2, "sft_variants": 1}})
@@ -175,14 +173,14 @@ def test_the_warm_starts_tool_call_demonstrations_are_solving_episodes_of_the_lo
         assert "FAIL" in env_text  # the real visible-test output of the naive attempt
 
 
-def test_tools_episodes_hash_into_the_score_stages_cache_key(cfg, tok, tasks):
+def test_tools_episodes_hash_into_the_score_stages_cache_key(cfg, tok, tasks, step):
     """A tools episode carries its conversation (`Episode.chat`); the score stage's cache key is
     built from the episodes, and a ChatEpisode was refused there (seen in a real run: Prefect
     logged the error and stored no result). Its key is its content: the same for a copy made
     elsewhere in memory, another for another conversation."""
     from flows import stages
 
-    eps = _play(cfg, tok, tasks[:1], tool_policy(tok, {}))
+    eps = _play(cfg, step, tok, tasks[:1], tool_policy(tok, {}))
     key = stages.inputs_digest({"episodes": eps})
     assert stages.inputs_digest({"episodes": pickle.loads(pickle.dumps(eps))}) == key
     eps[0].chat.messages[1]["content"] += " "
