@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 from envs.base import TestReport
@@ -73,6 +73,88 @@ def run_batch(items: Sequence[tuple[Task, str]], limits: Limits,
     return reports_from([a for _, a in items], res)
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One step of a multi-turn episode: the environment's next messages (None: the rollout
+    ended and `report` is its rubric's), and the outcomes of the reply's tool calls."""
+
+    messages: list[dict] | None
+    calls: list[dict]
+    report: TestReport | None = None
+
+
+def run_turn(task: Task, replies: Sequence[str], final: bool, limits: Limits,
+             per_answer_timeout_s: float) -> Turn:
+    """One step of a multi-turn episode (harness.py `turn`): the messages the environment
+    answers the policy's `replies` with, or, when its rollout ended (or `final`: the policy
+    has no turn left), the report of its rubric on the whole rollout."""
+    p = task.payload
+    job = {"env_id": p["env_id"], "env_args": p.get("env_args", {}),
+           "items": [{"split": p["split"], "index": p["index"], "prompt_sha": p["prompt_sha"],
+                      "replies": list(replies), "final": final}]}
+    run_limits = venv.limits_for(limits, venv.LOAD_BUDGET_S + 8 * per_answer_timeout_s + 2.0
+                                 + 2.0 * len(replies), limits.output_bytes)
+    try:
+        res = venv.run_harness("turn", job, run_limits, per_answer_timeout_s)
+    except Exception as exc:  # noqa: BLE001 -- the venv missing, the sandbox not starting
+        res = ExecResult("infra_error", None, "", "", 0.0, "process",
+                         error=f"{type(exc).__name__}: {exc}")
+    part = split_batch(res, 1, {"funcs": _funcs})[0]
+    calls = _calls(part.recs)
+    asked = _asked(part.recs)
+    if asked is not None and venv.load_error(res) is None and part.setup_error is None:
+        return Turn(asked, calls)
+    return Turn(None, calls, _report("\n".join(replies), part, res, venv.load_error(res)))
+
+
+def _records(recs: list[str]) -> list | None:
+    try:
+        return [json.loads(line) for line in recs]
+    except ValueError:
+        return None
+
+
+def _calls(recs: list[str]) -> list[dict]:
+    """The outcomes of the last reply's tool calls (the `calls` record), as the loop's rows
+    keep a tool call's: name, status (ran, or malformed with why), detail."""
+    for rec in _records(recs) or []:
+        if isinstance(rec, dict) and set(rec) == {"calls"} and isinstance(rec["calls"], list):
+            return [{"name": str(c.get("name", ""))[:80], "status": c.get("status"),
+                     "detail": str(c.get("detail", ""))[:200], "tests_passed": None,
+                     "tests_total": None}
+                    for c in rec["calls"][:64] if isinstance(c, dict)
+                    and c.get("status") in ("ran", "malformed")]
+    return []
+
+
+def _asked(recs: list[str]) -> list[dict] | None:
+    """The messages of a rollout that asks for another reply: its `next` record (after the
+    calls' record, if any), then the guard's `done`; None when it ended (or wrote anything
+    else)."""
+    got = _records(recs)
+    if got and isinstance(got[0], dict) and set(got[0]) == {"calls"}:
+        got = got[1:]
+    if got and len(got) == 2 and isinstance(got[0], dict) and set(got[0]) == {"next"} \
+            and got[1] == {"done": True}:
+        return _next(got[0]["next"])
+    return None
+
+
+def _next(value) -> list[dict] | None:
+    """The environment's messages after a reply (the `next` record): role and text content."""
+    if not isinstance(value, list):
+        return None
+    out = []
+    for m in value:
+        if not isinstance(m, dict) or m.get("role") not in ("user", "tool", "system"):
+            return None  # an environment's reply is never the policy's own turn
+        content = m.get("content")
+        if isinstance(content, list):  # content parts: their text
+            content = "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        out.append({"role": m["role"], "content": "" if content is None else str(content)})
+    return out
+
+
 def reports_from(answers: Sequence[str], res: ExecResult) -> list[TestReport]:
     """Each answer's report from the scoring run `res` of them all, in order."""
     load = venv.load_error(res)
@@ -111,7 +193,7 @@ def _report(answer: str, part: Part, batch: ExecResult, load: str | None) -> Tes
         if n in values and done:
             outcomes.append("passed" if values[n] >= 1.0 else "failed")
         else:
-            why = errors.get(n) or sample.status
+            why = errors.get(n) or errors.get("") or sample.status
             outcomes.append("timeout" if why == "Timeout" or sample.status == "timeout"
                             else "error")
             error_types.append(why)
@@ -153,6 +235,11 @@ def _read(recs: list[str], known: set[str]
             errors[name] = rec["error"][:64]
         elif keys == {"done"} and rec["done"] is True:
             done = True
+        elif keys == {"calls"} and isinstance(rec["calls"], list) and not values:
+            pass  # the reply's tool calls' outcomes (`_calls`), before any value
+        elif keys == {"rollout_error"} and isinstance(rec["rollout_error"], str) \
+                and "" not in errors:  # the multi-turn rollout raised: no function ran
+            errors[""] = "rollout: " + rec["rollout_error"][:64]
         else:
             flags.append("forged_record")
     return values, errors, flags, compiled, done

@@ -89,20 +89,22 @@ def load_error(res: ExecResult) -> str | None:
 
 
 @functools.lru_cache(maxsize=16)
-def _rows(env_id: str, args_json: str) -> tuple[dict[str, Any], ...]:
+def _listing(env_id: str, args_json: str) -> tuple[dict[str, Any], tuple[dict[str, Any], ...]]:
     job = {"env_id": env_id, "env_args": json.loads(args_json)}
     res = run_harness("list", job, limits_for(Limits(), LOAD_BUDGET_S, LIST_OUTPUT_BYTES), 1.0)
     what = f"verifiers environment {env_id!r} with env_args {json.loads(args_json)}"
     err = load_error(res)
     if err is not None:
         raise EnvError(f"{what} did not load: {err}")
-    rows, done = [], False
+    rows, done, info = [], False, {}
     for line in res.stdout.splitlines():
         try:
             rec = json.loads(line)
         except ValueError:
             continue
-        if isinstance(rec, dict) and rec.get("rows_done") is True:
+        if isinstance(rec, dict) and isinstance(rec.get("env"), dict) and not info:
+            info = rec["env"]
+        elif isinstance(rec, dict) and rec.get("rows_done") is True:
             done = True
         elif isinstance(rec, dict) and rec.get("split") in ("train", "eval") \
                 and type(rec.get("index")) is int:
@@ -113,10 +115,16 @@ def _rows(env_id: str, args_json: str) -> tuple[dict[str, Any], ...]:
                        f"{res.stderr.strip()[-600:]}")
     if not rows:
         raise EnvError(f"{what}: its dataset is empty")
-    return tuple(rows)
+    return info, tuple(rows)
 
 
 def rows(env_id: str, env_args: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """Every row of the environment's datasets ({split: train|eval, index, prompt, answer,
     info}), listed in the sandbox; EnvError naming the environment when it does not load."""
-    return _rows(env_id, json.dumps(env_args, sort_keys=True))
+    return _listing(env_id, json.dumps(env_args, sort_keys=True))[1]
+
+
+def env_info(env_id: str, env_args: dict[str, Any]) -> dict[str, Any]:
+    """What the listing said of the environment itself: {"class", "multi_turn", "max_turns"
+    (-1: no limit of its own)}."""
+    return _listing(env_id, json.dumps(env_args, sort_keys=True))[0]
