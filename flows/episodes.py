@@ -114,7 +114,7 @@ def play(tasks: list[Task], envs: list[Environment], group: int, max_len: int, t
     `concurrent`: the sampler takes many calls at once (an engine that batches continuously);
     otherwise one call is in flight and it holds every episode ready when it went out (the
     local sampler: with equal step times, its batches are the synchronous turns')."""
-    instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+    instruct = _instruct(tok)
     if turns not in ("synchronous", "per_episode"):
         raise ValueError(f"turns={turns!r}: expected 'synchronous' or 'per_episode'")
     eps = _start(tasks, envs, group, max_len, tok, action_tokens, instruct)
@@ -370,6 +370,11 @@ def _start(tasks: list[Task], envs: list[Environment], group: int, max_len: int,
     return eps
 
 
+def _instruct(tok) -> bool:
+    """Whether the policy is an instruct model: its prompts are in its chat template."""
+    return getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+
+
 def _opening(t: Task, env: Environment, tok, instruct: bool, renderers: dict):
     """A new episode's (state, first observation, chat renderer or None, opening messages or
     None, prompt ids)."""
@@ -386,7 +391,7 @@ def first_misfit(tasks: list[Task], envs: list[Environment], max_len: int, tok,
     """The first task whose prompt, as `play` renders it for `tok` (its chat template, a
     kind's tools), and an action do not fit `max_len`: (task, tokens needed, action tokens);
     None when all fit."""
-    instruct = getattr(tok, "kind", "byte") == "hf" and getattr(tok, "use_chat_template", False)
+    instruct = _instruct(tok)
     renderers: dict[str, ChatRenderer] = {}
     for t, env in zip(tasks, envs):
         ids = _opening(t, env, tok, instruct, renderers)[-1]
