@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.base import EnvError, SingleTurnEnv, StepContext, StepResult, TestReport
 from envs.chat import tools_prompt
 from envs.verifiers import venv
-from envs.verifiers.grading import prompt_sha, run_batch, run_turn
+from envs.verifiers.grading import content_text, prompt_sha, run_batch, run_turn
 from rewards.aggregate import aggregate
 from sandbox.base import Limits, Sandbox
 from tasks.record import Task
@@ -81,11 +81,9 @@ def prompt_text(prompt: Any) -> str:
         return prompt
     parts = []
     for m in prompt or []:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list):  # content parts: their text
-            content = "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+        content = content_text(m.get("content")) if isinstance(m, dict) else ""
         if content:
-            parts.append(str(content))
+            parts.append(content)
     return "\n\n".join(parts)
 
 

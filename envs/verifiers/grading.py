@@ -65,12 +65,24 @@ def run_batch(items: Sequence[tuple[Task, str]], limits: Limits,
     run_limits = venv.limits_for(limits, venv.LOAD_BUDGET_S
                                  + (8 * per_answer_timeout_s + 2.0) * len(items),
                                  limits.output_bytes * len(items))
+    return reports_from([a for _, a in items],
+                        _run("score", job, run_limits, per_answer_timeout_s))
+
+
+def _run(mode: str, job: dict, limits: Limits, per_answer_timeout_s: float) -> ExecResult:
+    """The harness's run; a run that could not start is an infrastructure error."""
     try:
-        res = venv.run_harness("score", job, run_limits, per_answer_timeout_s)
+        return venv.run_harness(mode, job, limits, per_answer_timeout_s)
     except Exception as exc:  # noqa: BLE001 -- the venv missing, the sandbox not starting
-        res = ExecResult("infra_error", None, "", "", 0.0, "process",
-                         error=f"{type(exc).__name__}: {exc}")
-    return reports_from([a for _, a in items], res)
+        return ExecResult("infra_error", None, "", "", 0.0, "process",
+                          error=f"{type(exc).__name__}: {exc}")
+
+
+def content_text(content) -> str:
+    """A message's content as text: a string as is, content parts by their text."""
+    if isinstance(content, list):
+        return "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return "" if content is None else str(content)
 
 
 @dataclass(frozen=True)
@@ -94,30 +106,27 @@ def run_turn(task: Task, replies: Sequence[str], final: bool, limits: Limits,
                       "replies": list(replies), "final": final}]}
     run_limits = venv.limits_for(limits, venv.LOAD_BUDGET_S + 8 * per_answer_timeout_s + 2.0
                                  + 2.0 * len(replies), limits.output_bytes)
-    try:
-        res = venv.run_harness("turn", job, run_limits, per_answer_timeout_s)
-    except Exception as exc:  # noqa: BLE001 -- the venv missing, the sandbox not starting
-        res = ExecResult("infra_error", None, "", "", 0.0, "process",
-                         error=f"{type(exc).__name__}: {exc}")
+    res = _run("turn", job, run_limits, per_answer_timeout_s)
     part = split_batch(res, 1, {"funcs": _funcs})[0]
-    calls = _calls(part.recs)
-    asked = _asked(part.recs)
-    if asked is not None and venv.load_error(res) is None and part.setup_error is None:
-        return Turn(asked, calls)
-    return Turn(None, calls, _report("\n".join(replies), part, res, venv.load_error(res)))
+    got, load = _records(part.recs), venv.load_error(res)
+    asked = _asked(got)
+    if asked is not None and load is None and part.setup_error is None:
+        return Turn(asked, _calls(got))
+    return Turn(None, _calls(got), _report("\n".join(replies), part, res, load))
 
 
-def _records(recs: list[str]) -> list | None:
+def _records(recs: list[str]) -> list:
+    """The records as JSON values; none when one is not JSON (the report flags that)."""
     try:
         return [json.loads(line) for line in recs]
     except ValueError:
-        return None
+        return []
 
 
-def _calls(recs: list[str]) -> list[dict]:
+def _calls(got: list) -> list[dict]:
     """The outcomes of the last reply's tool calls (the `calls` record), as the loop's rows
     keep a tool call's: name, status (ran, or malformed with why), detail."""
-    for rec in _records(recs) or []:
+    for rec in got:
         if isinstance(rec, dict) and set(rec) == {"calls"} and isinstance(rec["calls"], list):
             return [{"name": str(c.get("name", ""))[:80], "status": c.get("status"),
                      "detail": str(c.get("detail", ""))[:200], "tests_passed": None,
@@ -127,11 +136,10 @@ def _calls(recs: list[str]) -> list[dict]:
     return []
 
 
-def _asked(recs: list[str]) -> list[dict] | None:
+def _asked(got: list) -> list[dict] | None:
     """The messages of a rollout that asks for another reply: its `next` record (after the
     calls' record, if any), then the guard's `done`; None when it ended (or wrote anything
     else)."""
-    got = _records(recs)
     if got and isinstance(got[0], dict) and set(got[0]) == {"calls"}:
         got = got[1:]
     if got and len(got) == 2 and isinstance(got[0], dict) and set(got[0]) == {"next"} \
@@ -148,10 +156,7 @@ def _next(value) -> list[dict] | None:
     for m in value:
         if not isinstance(m, dict) or m.get("role") not in ("user", "tool", "system"):
             return None  # an environment's reply is never the policy's own turn
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: their text
-            content = "\n".join(str(c.get("text", "")) for c in content if isinstance(c, dict))
-        out.append({"role": m["role"], "content": "" if content is None else str(content)})
+        out.append({"role": m["role"], "content": content_text(m.get("content"))})
     return out
 
 

@@ -6,8 +6,8 @@
 first {"env": {"class", "multi_turn", "max_turns", "tools"}} (its tools as OpenAI function
 schemas), then one JSON line per row of its training and evaluation datasets ({"split",
 "index", "prompt", "answer", "reference", "info"}: the reference is the answer as the
-environment's parser formats it, where it can), then {"rows_done"}. Loading is the environment's own code: it runs here, in
-the sandbox, never in the worker.
+environment's parser formats it, where it can), then {"rows_done"}. Loading is the
+environment's own code: it runs here, in the sandbox, never in the worker.
 
 `score`: loads the environment once, rebuilds each answer's row (the digest of its prompt must
 be the task's), and scores each answer in a forked process of its own (`_spawn`,
@@ -28,11 +28,10 @@ plain JSON object for the whole reply) are the response's `tool_calls`, malforme
 included (the environment answers them with its own error text); their outcomes are a
 `{"calls"}` record. When the rollout asks for one more reply, it is stopped there and the
 messages it would send after the last reply are the `{"next": [...]}` record: the next
-observation. When it ends by
-itself (its stop conditions, `final_env_response`, its own `max_turns`), or the item is
-`final` and it asks for more (the policy's turns or context are spent: a `vf.Error`, which
-verifiers records as the rollout's error and ends it), the finished state is scored as
-`score` scores one. The environment must answer the same replies the same way (replay is how
+observation. When it ends by itself (its stop conditions, `final_env_response`, its own
+`max_turns`), or the item is `final` and it asks for more (the policy's turns or context are
+spent: a `vf.Error`, which verifiers records as the rollout's error and ends it), the finished
+state is scored as `score` scores one. The environment must answer the same replies the same way (replay is how
 its state is rebuilt in a fresh sandbox each step). The replayed rollout runs in the scoring
 child, under the guard (its `env_response` reads the policy's replies), never in this process;
 a rollout on empty replies runs here first (`_warm`).
@@ -106,9 +105,10 @@ def _drive(coro):
 
 def _score(key_fd, rec_fd, rubric, make_state, funcs, limit_s, rollout_s):
     """One answer, in its own process; every record is raised from this frame. `make_state()`
-    is the state the rubric scores, made here under the guard (a multi-turn rollout replayed on
-    the policy's replies: the environment's code reads them), or ([messages],) when the rollout
-    asks for another reply, which is then the one record."""
+    gives {"state": what the rubric scores}, made here under the guard (a multi-turn rollout
+    replayed on the policy's replies: the environment's code reads them), or {"next":
+    [messages]} when the rollout asks for another reply, which is then the one record (after
+    the reply's {"calls"}, where it made some)."""
     audit, dumps = _sys.audit, _json_writer()
     setitimer, itimer = _signal.setitimer, _signal.ITIMER_REAL
     type_, float_, int_, isfinite, isinstance_ = type, float, int, _math.isfinite, isinstance

@@ -125,13 +125,15 @@ def test_the_prompt_text_is_the_messages_system_first():
 
 
 def test_a_multi_turn_rollouts_next_messages_are_read_only_as_the_one_keyed_record():
+    def asked(*lines):
+        return grading._asked(grading._records(list(lines)))
+
     nxt = json.dumps({"next": [{"role": "user", "content": "Higher."}]})
-    assert grading._asked([nxt, DONE]) == [{"role": "user", "content": "Higher."}]
+    assert asked(nxt, DONE) == [{"role": "user", "content": "Higher."}]
     # anything beside it, a missing done, or a turn of the policy's own is no next turn
-    assert grading._asked([nxt, _value("correct_answer", 1.0), DONE]) is None
-    assert grading._asked([nxt]) is None
-    assert grading._asked([json.dumps({"next": [{"role": "assistant", "content": "x"}]}),
-                           DONE]) is None
+    assert asked(nxt, _value("correct_answer", 1.0), DONE) is None
+    assert asked(nxt) is None
+    assert asked(json.dumps({"next": [{"role": "assistant", "content": "x"}]}), DONE) is None
 
 
 def test_a_rollout_that_raised_scores_every_function_as_an_error_naming_it():
