@@ -6,6 +6,7 @@ zero-advantage ones included, whatever the micro-batch split (training/rl_steps.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,9 +28,11 @@ class PolicyConfig(BaseModel):
         None, description="local Hugging Face model directory (AutoModelForCausalLM + its "
         "tokenizer), or a .gguf file (loaded through transformers' `gguf_file`); None: the tiny "
         "byte-level GPT-2 built from the fields above. Never downloaded: local files only.")
-    chat_template: bool = Field(
+    chat_template: bool | str = Field(
         True, description="wrap prompts in the tokenizer's chat template (one user turn plus the "
-        "generation prompt) when the tokenizer has one; the byte tokenizer has none")
+        "generation prompt) when the tokenizer has one; the byte tokenizer has none. A path: a "
+        "Jinja chat template file used instead of the tokenizer's own (e.g. "
+        "configs/chat_templates/qwen3.jinja); checkpoints and exports then carry it")
     lora_rank: int = Field(
         0, ge=0, description="rank r of LoRA adapters (Hu et al. 2021, through peft) trained "
         "instead of the whole model; checkpoints then hold the adapter, the KL reference is the "
@@ -46,6 +49,19 @@ class PolicyConfig(BaseModel):
     gradient_checkpointing: bool = Field(
         False, description="recompute each block's activations in the backward pass instead of "
         "keeping them (less memory, about a third more compute); Hugging Face models only")
+
+    @model_validator(mode="after")
+    def _template_file(self):
+        if isinstance(self.chat_template, str):
+            if self.model_path is None:
+                raise ValueError(f"policy.chat_template={self.chat_template!r} needs a policy with a "
+                                 "Hugging Face tokenizer (policy.model_path); the byte-level "
+                                 "default has no chat")
+            if not Path(self.chat_template).is_file():
+                raise ValueError(f"policy.chat_template={self.chat_template!r}: no such file (a "
+                                 "Jinja chat template; a relative path is read from the working "
+                                 "directory)")
+        return self
 
 
 class SamplingConfig(BaseModel):

@@ -166,7 +166,7 @@ def split_gguf(path: str) -> tuple[str, str | None]:
     return str(p), None
 
 
-def load_pretrained(model_path: str, chat_template: bool = True) -> PreTrainedModel:
+def load_pretrained(model_path: str, chat_template: bool | str = True) -> PreTrainedModel:
     """Any local causal LM: a Hugging Face directory, or a .gguf file (dequantised by
     transformers into a float model), or a known short name (`KNOWN`: its converted Hugging
     Face folder, converted on first use). Nothing is downloaded."""

@@ -101,8 +101,11 @@ def save_tokenizer(tok, path: str) -> None:
     (Path(path) / SETTINGS_FILE).write_text(json.dumps(settings))
 
 
-def load_tokenizer(path: str, gguf_file: str | None = None, chat_template: bool | None = None):
-    """The tokenizer saved with a model directory (the byte tokenizer when there is none)."""
+def load_tokenizer(path: str, gguf_file: str | None = None,
+                   chat_template: bool | str | None = None):
+    """The tokenizer saved with a model directory (the byte tokenizer when there is none).
+    `chat_template`: None, as saved; a bool, use the tokenizer's own template or none; a path,
+    a Jinja template file that replaces the tokenizer's own (and is saved with it)."""
     settings_path = Path(path) / SETTINGS_FILE
     settings = json.loads(settings_path.read_text()) if settings_path.is_file() else {}
     if settings.get("kind", "byte" if gguf_file is None and not _has_hf_tokenizer(path) else "hf") == "byte":
@@ -111,7 +114,9 @@ def load_tokenizer(path: str, gguf_file: str | None = None, chat_template: bool 
 
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True, **kwargs)
-    use = settings.get("chat_template", True) if chat_template is None else chat_template
+    if isinstance(chat_template, str):
+        tok.chat_template = Path(chat_template).read_text()
+    use = settings.get("chat_template", True) if chat_template is None else bool(chat_template)
     return HFTokenizer(tok, chat_template=use)
 
 

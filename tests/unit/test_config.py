@@ -147,3 +147,15 @@ def test_a_pretrained_policys_prompts_are_measured_in_its_chat_tokens_before_a_r
     r = ChatRenderer(load_tokenizer(str(smollm2_dir)), tools=schemas(env.tool_kind))
     ids = r.ids(r.opening(env.reset(task)[1]), True)
     assert int(need) == len(ids) + env.action_tokens(cfg.sampling.max_new_tokens) > 300
+
+
+def test_a_chat_template_file_must_exist_and_needs_a_pretrained_policy():
+    with pytest.raises(ConfigError, match=r"policy.chat_template='nope.jinja': no such file"):
+        load_config(ROOT / "configs/smollm2-tools.yaml", ["policy.chat_template=nope.jinja"])
+    with pytest.raises(ConfigError, match=r"needs a policy with a Hugging Face tokenizer"):
+        load_config(None, ["policy.chat_template=configs/chat_templates/qwen3.jinja"])
+    cfg = load_config(ROOT / "configs/smollm2-tools.yaml",
+                      ["policy.chat_template=configs/chat_templates/qwen3.jinja"])
+    assert cfg.policy.chat_template == "configs/chat_templates/qwen3.jinja"
+    for value, want in (("true", True), ("false", False)):
+        assert load_config(None, [f"policy.chat_template={value}"]).policy.chat_template is want

@@ -24,7 +24,7 @@ from sandbox.probe import probe
 from sandbox.rootfs import unavailable
 from storage.schema import rows_to_table
 
-QWEN25 = (Path(__file__).parent / "data" / "chat_templates" / "qwen2_5.jinja").read_text()
+QWEN25 = Path(__file__).parents[2] / "configs" / "chat_templates" / "qwen2_5.jinja"
 WHY = unavailable(probe())
 BAD = '<tool_call>\n{"name": "shell", "arguments": {"script": "echo hi"}\n</tool_call>'
 
@@ -33,9 +33,7 @@ BAD = '<tool_call>\n{"name": "shell", "arguments": {"script": "echo hi"}\n</tool
 def tok(smollm2_dir):
     from training.tokenizer import load_tokenizer
 
-    t = load_tokenizer(str(smollm2_dir))
-    t.tok.chat_template = QWEN25  # this module's own copy: the loop renders the tokenizer's
-    return t
+    return load_tokenizer(str(smollm2_dir), chat_template=str(QWEN25))  # policy.chat_template's path
 
 
 def call(name, **args):
