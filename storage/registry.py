@@ -173,7 +173,9 @@ def read_metrics(run_dir: str) -> pd.DataFrame:
         metrics = {k: (math.nan if v is None else v) for k, v in rec["metrics"].items()}
         rows.append({"iteration": rec["iteration"], "recorded_at": rec["recorded_at"], **metrics})
     frame = pd.DataFrame(rows, columns=None if rows else ["iteration", "recorded_at"])
-    return frame.astype({"iteration": "int64"}).reset_index(drop=True)
+    # one block per dtype (copy consolidates): a run records a hundred-odd metrics, and the
+    # blocks astype leaves make every later column insert warn PerformanceWarning
+    return frame.astype({"iteration": "int64"}).reset_index(drop=True).copy()
 
 
 def record_checkpoint(run_dir: str, iteration: int, path: str, metrics: dict) -> None:

@@ -51,6 +51,21 @@ def test_recording_an_iteration_again_replaces_its_metrics(run_dir):
     assert m["train/loss"][0] == 1.25 and math.isnan(m["train/loss"][1])
 
 
+def test_a_run_with_many_metrics_reads_as_a_frame_columns_can_be_added_to_without_a_warning(
+        run_dir):
+    """`rollforge query` adds `run_id` to each run's metrics: a frame left in many blocks made
+    that print pandas' PerformanceWarning on every query of a real run."""
+    import warnings
+
+    for it in range(2):
+        record_metrics(run_dir, it, {f"m/{i}": (i if i % 2 else i / 2) for i in range(150)})
+    m = read_metrics(run_dir)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m.assign(run_id="run-a")
+    assert m["m/3"].tolist() == [3, 3] and m["m/4"].tolist() == [2.0, 2.0]
+
+
 def test_nan_and_numpy_metrics_are_recorded(run_dir):
     import numpy as np
 
