@@ -32,7 +32,7 @@ from training.batch import make_batch, token_logprobs  # noqa: E402
 from training.config import PolicyConfig, RLConfig  # noqa: E402
 from training.engine import make_engine  # noqa: E402
 from training.generate import _left_pad, sample  # noqa: E402
-from training.lora import autocast  # noqa: E402
+from training.lora import autocast, bf16_native  # noqa: E402
 from training.losses import grpo_loss  # noqa: E402
 from training.policy import build_policy  # noqa: E402
 
@@ -153,6 +153,9 @@ def main() -> None:
     del model
     print(f"\nupdate, {len(comps)} sequences, {ktok * 1000:.0f} tokens "
           f"({batch.input_ids.shape[1]} wide), GRPO loss, AdamW; seconds per 1k tokens")
+    if "bf16" in args.precisions.split(",") and not bf16_native("cpu"):
+        print("  (this CPU has no bf16 units: rl.autocast=bf16 is not applied, so its rows are "
+              "fp32 again; training/lora.py bf16_native)")
     print(f"  {'mode':6s} {'precision':10s} {'deepspeed':>10s} {'plain torch':>12s} {'ratio':>6s}")
     for mode in args.modes.split(","):
         for precision in args.precisions.split(","):

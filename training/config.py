@@ -271,7 +271,10 @@ class RLConfig(BaseModel):
     autocast: Literal["none", "bf16"] = Field(
         "none", description="bf16: the forward passes of the update run under torch.autocast in "
         "bfloat16 while weights, gradients and optimizer stay fp32 (rl.dtype fp32); on a CPU "
-        "with AMX about twice as fast (bench/bench_real_model.py). none: as rl.dtype says")
+        "with AMX about twice as fast (bench/bench_real_model.py). Applied only where the device "
+        "has bf16 units (AVX512/AMX, CUDA compute capability 8+): emulated, it was 49x slower "
+        "than fp32, so there the forward stays fp32, warned (train/autocast_bf16). none: as "
+        "rl.dtype says")
 
     processes: int | Literal["gpus"] = Field(
         1, description="ranks of the update (data-parallel, gloo on CPU, NCCL on GPUs, one GPU a "

@@ -19,7 +19,7 @@ from training import memory
 from training.batch import RLSample, make_batch, token_logprobs
 from training.config import PolicyConfig, RLConfig
 from training.episodes import policy_token_units
-from training.lora import ADAPTERS_OFF, autocast, reference_view
+from training.lora import ADAPTERS_OFF, autocast, autocast_applies, reference_view
 from training.losses import LOSSES, kl_penalty, sft_loss
 from training.microbatch import MicroBatch, Plan, loss_units, plan_update
 from training.offpolicy import LogprobGap, completion_values, truncated_is
@@ -215,6 +215,7 @@ class RLUpdate:
             "train/tokens": self.n_tokens, "train/tokens_per_s": self.n_tokens / max(seconds, 1e-9),
             "train/micro_steps": micro_steps, "train/optimizer_restored": int(restored),
             "train/processes": eng.world_size(),
+            "train/autocast_bf16": int(autocast_applies(self.rl.autocast, engine.device)),
             "train/lr": float(engine.optimizer.param_groups[0]["lr"]),
             **memory.rank_memory(engine)}
         if stats["kl"]:

@@ -177,7 +177,8 @@ def test_a_lora_run_brings_each_version_to_the_server(lora_run):
         assert list((run_dir / "engine").glob("merged-v*")) == []
         assert "Reloading weights inplace" in logs[0].read_text()
     assert m["engine/restarts"] == 0 and m["engine/syncs"] >= 1
-    # the engine's fp32 log-probs against the trainer's bf16 autocast: a gap, measured
+    # the engine's fp32 log-probs against the trainer's forward (bf16 autocast where the CPU
+    # has bf16 units, fp32 where not: training/lora.py bf16_native): a gap, measured
     assert 0 < m["train/logprob_gap_mean"] < 0.5 and m["train/logprob_gap_tokens"] > 0
     df = read_trajectories(str(run_dir))
     assert len(df) == 4 and (df["policy_version"] == 0).all()

@@ -96,3 +96,26 @@ def test_lora_and_autocast_at_their_defaults_keep_the_config_hash():
     assert base.hash() == "359e281f5047"  # the pin in test_config.py
     assert load_config(None, ["rl.autocast=none", "policy.lora_rank=0"]).hash() == base.hash()
     assert load_config(None, ["rl.autocast=bf16"]).hash() != base.hash()
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_autocast_applies_only_where_the_device_has_bf16(monkeypatch, native):
+    """rl.autocast=bf16 on a device that emulates bf16 (an AVX2-only CPU: a matmul 49x slower
+    than fp32) leaves the forward in fp32 and says so once; where it is native it autocasts."""
+    from training import lora
+
+    monkeypatch.setattr(lora, "bf16_native", lambda kind: native)
+    lora._warn_emulated.cache_clear()
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    cpu = torch.device("cpu")
+    if native:
+        with lora.autocast("bf16", cpu):
+            assert (a @ b).dtype == torch.bfloat16
+    else:
+        with pytest.warns(RuntimeWarning, match="rl.autocast=bf16 is not applied: this cpu"):
+            with lora.autocast("bf16", cpu):
+                assert (a @ b).dtype == torch.float32
+    assert lora.autocast_applies("bf16", cpu) is native
+    assert lora.autocast_applies("none", cpu) is False
+    with lora.autocast("none", cpu):
+        assert (a @ b).dtype == torch.float32
