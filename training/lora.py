@@ -135,7 +135,7 @@ def autocast_applies(dtype: str, device) -> bool:
     natively (`bf16_native`); elsewhere the forward stays fp32, warned once."""
     if dtype == "none":
         return False
-    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
+    kind = torch.device(device).type
     if bf16_native(kind):
         return True
     _warn_emulated(kind)
@@ -155,5 +155,4 @@ def autocast(dtype: str, device) -> object:
     applies (`autocast_applies`)."""
     if not autocast_applies(dtype, device):
         return nullcontext()
-    kind = device.type if isinstance(device, torch.device) else str(device).split(":")[0]
-    return torch.autocast(kind, dtype=torch.bfloat16)
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
